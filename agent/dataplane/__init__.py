@@ -1,0 +1,73 @@
+"""Dataplane drivers: one per vswitch, all behind the `Dataplane` protocol.
+
+A driver owns the host side of a pod's wiring (veth/TAP, the vswitch's interface, routes and
+neighbors towards the pod) and creates the pod's interface inside the pod network namespace under
+the name the runtime asked for. The pod side's addresses and routes are then set by agent/podside,
+which is the same for every driver. Every step a driver completes is pushed on the `UndoStack` it
+is given, so a later failure in the ADD removes it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from agent.model import PodNetwork, Wiring
+
+
+class UndoStack:
+    """Completed steps' inverses, run newest first when an ADD fails."""
+
+    def __init__(self) -> None:
+        self._steps: list[tuple[str, Callable[[], object]]] = []
+
+    def push(self, what: str, undo: Callable[[], object]) -> None:
+        self._steps.append((what, undo))
+
+    def unwind(self) -> list[str]:
+        """Runs every undo step; returns the descriptions of those that failed."""
+        failed: list[str] = []
+        while self._steps:
+            what, undo = self._steps.pop()
+            try:
+                undo()
+            except Exception as exc:  # noqa: BLE001 - keep unwinding, report at the end
+                failed.append(f"{what}: {exc}")
+        return failed
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+
+class Dataplane(Protocol):
+    """The contract every dataplane driver fulfils."""
+
+    name: str
+
+    def start(self) -> None:
+        """Base configuration of the vswitch (VRFs, gateway, host interconnect). Idempotent."""
+
+    def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:
+        """Creates the pod's interface (named pod.key.ifname inside pod.netns) and the host side.
+
+        Raises a CniError subclass; every completed step is on `undo`.
+        """
+        ...
+
+    def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
+        """Removes everything attach created. Idempotent: succeeds when parts are already gone."""
+
+    def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
+        """Compares the live host side with the record; returns what is wrong (empty = fine)."""
+        ...
+
+    def owned(self) -> dict[str, str]:
+        """Host-side objects this driver owns, as {host_ifname: owner tag}, for reconcile."""
+        ...
+
+    def ready(self) -> bool:
+        """True when the vswitch can take ADDs now."""
+        ...
+
+    def close(self) -> None:
+        """Releases connections; leaves pods wired."""
