@@ -31,7 +31,7 @@ class UndoStack:
             what, undo = self._steps.pop()
             try:
                 undo()
-            except Exception as exc:  # noqa: BLE001 - keep unwinding, report at the end
+            except Exception as exc:  # keep unwinding, report at the end
                 failed.append(f"{what}: {exc}")
         return failed
 
