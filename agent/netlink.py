@@ -1,0 +1,239 @@
+"""Netlink helpers shared by the dataplane drivers and agent/podside (pyroute2, no shell-outs).
+
+This is the one place where pyroute2's NetlinkError and the OSErrors of namespace handling become
+`agent.errors`: a netns path the runtime gave that does not exist or is no network namespace is
+`InvalidEnvironment` naming CNI_NETNS; a refused netlink request is the error class the caller
+names (`DataplaneFailure` on the host side, `PodSideFailure` inside the pod), cause chained.
+
+Namespaces: any path the runtime gives is accepted as is (containerd's /var/run/netns/cni-...,
+CRI-O's, /proc/PID/ns/net); nothing is parsed out of it. A netlink socket for a pod namespace is
+made by the calling thread itself: it setns()es into the pod namespace, opens the socket and
+setns()es back. A socket stays bound to the namespace it was created in, and network namespace
+membership is per thread, so nothing else in the process is affected. This is cheaper than
+pyroute2's `IPRoute(netns=...)` (which forks a helper process, unwelcome in a process full of
+gRPC threads) and it never creates a missing namespace. The "host" namespace is the calling
+thread's own, so tests can run a driver in a thread that entered a test node namespace.
+
+pyroute2 `IPRoute` objects must stay in the thread that created them, so every helper opens its
+own, short-lived one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import hashlib
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyroute2 import IPRoute, NetlinkError
+from pyroute2.netlink import NETLINK_ROUTE
+
+from agent.errors import CniError, DataplaneFailure, InternalError, InvalidEnvironment
+from agent.model import PodKey
+
+CLONE_NEWNET = 0x40000000
+NS_GET_NSTYPE = 0xB703  # ioctl on a namespace fd: returns its CLONE_NEW* type
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def netlink_code(exc: BaseException) -> int | None:
+    """The errno of a NetlinkError (pyroute2 keeps it in `.code`) or an OSError."""
+    if isinstance(exc, NetlinkError):
+        return int(exc.code)
+    if isinstance(exc, OSError):
+        return exc.errno
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    """A short human text for a library error: the errno name and message when there is one."""
+    code = netlink_code(exc)
+    if code:
+        return f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
+    return str(exc) or type(exc).__name__
+
+
+@contextmanager
+def translated(what: str, error: type[CniError] = DataplaneFailure) -> Iterator[None]:
+    """Turns NetlinkError/OSError raised inside the block into `error(what, <errno text>)`."""
+    try:
+        yield
+    except CniError:
+        raise
+    except (NetlinkError, OSError) as exc:
+        raise error(what, describe(exc)) from exc
+
+
+@contextmanager
+def netns_fd(netns_path: str) -> Iterator[int]:
+    """An open fd of the namespace file at `netns_path`, closed at the end of the block."""
+    try:
+        fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise InvalidEnvironment(f"CNI_NETNS {netns_path} does not exist") from exc
+    except OSError as exc:
+        raise InvalidEnvironment(f"CNI_NETNS {netns_path} cannot be opened", describe(exc)) from exc
+    try:
+        _check_netns(fd, netns_path)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _check_netns(fd: int, netns_path: str) -> None:
+    try:
+        kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
+    except OSError as exc:  # ENOTTY: an ordinary file, not a namespace
+        raise InvalidEnvironment(f"CNI_NETNS {netns_path} is not a network namespace") from exc
+    if kind != CLONE_NEWNET:
+        raise InvalidEnvironment(f"CNI_NETNS {netns_path} is a namespace, but not a network one")
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def _socket_in(nsfd: int, netns_path: str) -> socket.socket:
+    """A NETLINK_ROUTE socket created inside the namespace `nsfd`; the thread comes back."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            _setns(nsfd)
+        except OSError as exc:
+            raise InvalidEnvironment(f"cannot enter CNI_NETNS {netns_path}", describe(exc)) from exc
+        try:
+            return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
+        finally:
+            try:
+                _setns(own)
+            except OSError as exc:  # the thread would stay in the pod: never carry on
+                raise InternalError("cannot return to the agent's netns", describe(exc)) from exc
+    finally:
+        os.close(own)
+
+
+@contextmanager
+def pod_ns(netns_path: str) -> Iterator[IPRoute]:
+    """An IPRoute bound to the network namespace at `netns_path` (never created if missing)."""
+    with netns_fd(netns_path) as fd:
+        sock = _socket_in(fd, netns_path)
+    try:
+        ipr = IPRoute(use_socket=sock)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+        sock.close()
+
+
+@contextmanager
+def host_ns() -> Iterator[IPRoute]:
+    """An IPRoute in the calling thread's own network namespace (the node's)."""
+    with translated("netlink socket"):
+        ipr = IPRoute()
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+def ifindex(ipr: IPRoute, ifname: str) -> int | None:
+    """The index of `ifname` in the namespace of `ipr`, or None when there is no such link."""
+    found = ipr.link_lookup(ifname=ifname)
+    return int(found[0]) if found else None
+
+
+def mac_from_key(key: PodKey) -> str:
+    """A deterministic, locally administered unicast MAC for an attachment."""
+    raw = bytearray(hashlib.sha256(f"mac\0{key.container_id}\0{key.ifname}".encode()).digest()[:6])
+    raw[0] = (raw[0] & 0xFC) | 0x02  # clear multicast bit, set locally administered bit
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def create_veth(
+    host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int, pod_mac: str | None, alias: str
+) -> tuple[int, str]:
+    """Creates a veth pair, the peer directly in `pod_netns` as `pod_ifname`; both ends up.
+
+    The host end carries `alias` (IFLA_IFALIAS, the owner tag). Returns the host end's index
+    and MAC. On failure nothing of the pair is left behind.
+    """
+    peer: dict[str, object] = {"ifname": pod_ifname, "mtu": mtu}
+    if pod_mac:
+        peer["address"] = pod_mac
+    with netns_fd(pod_netns) as fd, host_ns() as ipr:
+        peer["net_ns_fd"] = fd
+        try:
+            ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, peer=peer)
+        except NetlinkError as exc:
+            raise _veth_add_error(exc, host_ifname, pod_netns, pod_ifname) from exc
+        try:
+            return _finish_veth(ipr, host_ifname, pod_netns, pod_ifname, alias)
+        except BaseException:
+            delete_link(host_ifname)
+            raise
+
+
+def _veth_add_error(
+    exc: NetlinkError, host_ifname: str, pod_netns: str, pod_ifname: str
+) -> CniError:
+    if exc.code == errno.EEXIST and not link_exists(host_ifname):
+        return InvalidEnvironment(
+            f"CNI_IFNAME {pod_ifname} already exists in CNI_NETNS {pod_netns}"
+        )
+    return DataplaneFailure(f"creating veth {host_ifname} <-> {pod_ifname}", describe(exc))
+
+
+def _finish_veth(
+    ipr: IPRoute, host_ifname: str, pod_netns: str, pod_ifname: str, alias: str
+) -> tuple[int, str]:
+    with translated(f"setting up veth host end {host_ifname}"):
+        index = ifindex(ipr, host_ifname)
+        if index is None:
+            raise DataplaneFailure(f"veth host end {host_ifname} vanished after creation")
+        ipr.link("set", index=index, ifalias=alias, state="up")
+        mac = str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
+    with pod_ns(pod_netns) as pipr, translated(f"bringing {pod_ifname} up in the pod"):
+        pindex = ifindex(pipr, pod_ifname)
+        if pindex is None:
+            raise DataplaneFailure(f"veth peer {pod_ifname} missing in {pod_netns}")
+        pipr.link("set", index=pindex, state="up")
+    return index, mac
+
+
+def delete_link(ifname: str) -> bool:
+    """Deletes `ifname` in the host namespace; False when it did not exist."""
+    with host_ns() as ipr, translated(f"deleting link {ifname}"):
+        try:
+            ipr.link("del", ifname=ifname)
+        except NetlinkError as exc:
+            if exc.code == errno.ENODEV:
+                return False
+            raise
+    return True
+
+
+def link_exists(ifname: str) -> bool:
+    """True when a link named `ifname` exists in the host namespace."""
+    with host_ns() as ipr, translated(f"looking up link {ifname}"):
+        return ifindex(ipr, ifname) is not None
+
+
+def links_with_alias_prefix(prefix: str) -> dict[str, str]:
+    """Host-namespace links whose IFLA_IFALIAS starts with `prefix`, as {ifname: alias}."""
+    found: dict[str, str] = {}
+    with host_ns() as ipr, translated("listing links"):
+        for link in ipr.get_links():
+            alias = link.get_attr("IFLA_IFALIAS")
+            if alias and str(alias).startswith(prefix):
+                found[str(link.get_attr("IFLA_IFNAME"))] = str(alias)
+    return found

@@ -1,0 +1,82 @@
+"""agent/netlink against real namespaces.
+
+Plan: create_veth puts the peer in the pod netns under the asked name with MTU, MAC, alias, both
+ends up, for a named netns and a /proc/PID/ns/net path; bad CNI_NETNS values (missing, not a
+namespace) and a taken CNI_IFNAME are InvalidEnvironment naming the variable and leave nothing;
+delete_link is idempotent; mac_from_key is a stable locally administered unicast MAC; pod_ns never
+creates a missing namespace.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from agent import netlink
+from agent.errors import InvalidEnvironment
+from agent.model import PodKey
+from tests.helpers.netns import process_netns, run_in, unique
+
+
+def test_veth_into_named_netns(node_ns: str, pod_netns: str) -> None:
+    host = unique("th")
+    mac = netlink.mac_from_key(PodKey("c1", "eth0"))
+    index, host_mac = netlink.create_veth(host, pod_netns, "eth0", 1400, mac, "vswitch-cni:c1:eth0")
+    assert index > 0 and len(host_mac) == 17
+    with netlink.pod_ns(pod_netns) as ipr:
+        link = ipr.link("get", ifname="eth0")[0]
+        assert link.get_attr("IFLA_ADDRESS") == mac
+        assert link.get_attr("IFLA_MTU") == 1400
+        assert link.get_attr("IFLA_OPERSTATE") == "UP"
+    assert netlink.links_with_alias_prefix("vswitch-cni:") == {host: "vswitch-cni:c1:eth0"}
+    assert netlink.delete_link(host) is True
+    assert netlink.delete_link(host) is False
+    assert not netlink.link_exists(host)
+    assert "eth0" not in run_in(pod_netns, "ip", "link").stdout
+
+
+def test_veth_into_proc_pid_netns(node_ns: str) -> None:
+    with process_netns() as path:
+        host = unique("th")
+        netlink.create_veth(host, path, "net1", 1500, None, "x")
+        assert "net1" in run_in(path, "ip", "link", "show", "net1").stdout
+        assert netlink.delete_link(host)
+
+
+def test_missing_netns_is_invalid_environment_and_not_created(node_ns: str) -> None:
+    missing = f"/var/run/netns/{unique('gone')}"
+    with pytest.raises(InvalidEnvironment, match=r"CNI_NETNS .* does not exist") as err:
+        netlink.create_veth(unique("th"), missing, "eth0", 1500, None, "x")
+    assert err.value.code == 4
+    with pytest.raises(InvalidEnvironment), netlink.pod_ns(missing):
+        pass
+    assert not os.path.exists(missing)
+    assert netlink.links_with_alias_prefix("") == {}
+
+
+def test_path_that_is_no_netns(node_ns: str, tmp_path: object) -> None:
+    with pytest.raises(InvalidEnvironment, match="not a network namespace"):
+        netlink.create_veth(unique("th"), "/etc/hostname", "eth0", 1500, None, "x")
+    with pytest.raises(InvalidEnvironment, match="not a network one"):
+        netlink.create_veth(unique("th"), "/proc/self/ns/uts", "eth0", 1500, None, "x")
+
+
+def test_taken_ifname_names_cni_ifname_and_leaves_nothing(node_ns: str, pod_netns: str) -> None:
+    first = unique("th")
+    netlink.create_veth(first, pod_netns, "eth0", 1500, None, "a")
+    second = unique("th")
+    with pytest.raises(InvalidEnvironment, match="CNI_IFNAME eth0 already exists"):
+        netlink.create_veth(second, pod_netns, "eth0", 1500, None, "b")
+    assert not netlink.link_exists(second)
+    assert netlink.delete_link(first)
+
+
+def test_mac_from_key_is_stable_local_unicast() -> None:
+    macs = {netlink.mac_from_key(PodKey(f"c{i}", "eth0")) for i in range(200)}
+    assert len(macs) == 200
+    for mac in macs:
+        first = int(mac.split(":")[0], 16)
+        assert first & 0x01 == 0 and first & 0x02 == 0x02
+    key = PodKey("abc", "eth1")
+    assert netlink.mac_from_key(key) == netlink.mac_from_key(PodKey("abc", "eth1"))
