@@ -1,0 +1,269 @@
+"""The agent's configuration: one YAML file (the config map), validated once at start.
+
+Accepts Contiv-VPP's `contiv.yaml` keys with Contiv's defaults plus our own keys. Keys are
+matched case-insensitively, as Contiv's Go loader did (so `UseTAPInterfaces` and
+`useTAPInterfaces` both work). A Contiv key we do not implement gives a warning naming it; a key
+nobody knows is refused (a typo must not silently become a default); a bad value is refused with
+the key, the value and the reason. The result is one frozen `AgentConfig` passed to constructors.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ipam import ConfigError as IPAMConfigError
+from ipam import IPAMConfig
+
+
+class ConfigError(Exception):
+    """A configuration value the agent refuses to start with."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        super().__init__(f"config key {key!r} = {value!r}: {reason}")
+        self.key = key
+        self.value = value
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything the agent reads from its config file, typed and validated."""
+
+    node_name: str
+    # Ours.
+    etcd_endpoints: tuple[str, ...] = ("http://127.0.0.1:2379",)
+    etcd_prefix: str = "/vswitch-cni/"
+    etcd_timeout: float = 2.0
+    cni_socket: str = "/run/vswitch-cni/cni.sock"
+    http_address: str = "0.0.0.0:9999"
+    dataplane: str = "kernel"
+    gateway_interface: str = "vswitch0"
+    vpp_api_socket: str = "/run/vpp/api.sock"
+    vpp_api_dir: str = ""
+    workers: int = 16
+    node_ip: str = ""
+    # Contiv's.
+    use_tap_interfaces: bool = True
+    tap_interface_version: int = 2
+    tapv2_rx_ring_size: int = 256
+    tapv2_tx_ring_size: int = 256
+    mtu: int = 1450
+    main_vrf_id: int = 0
+    pod_vrf_id: int = 1
+    ipam: IPAMConfig = field(default_factory=IPAMConfig)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def http_host_port(self) -> tuple[str, int]:
+        host, _, port = self.http_address.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _str(key: str, v: object) -> str:
+    if not isinstance(v, str) or not v:
+        raise ConfigError(key, v, "must be a non-empty string")
+    return v
+
+
+def _bool(key: str, v: object) -> bool:
+    if not isinstance(v, bool):
+        raise ConfigError(key, v, "must be true or false")
+    return v
+
+
+def _int_range(lo: int, hi: int) -> Callable[[str, object], int]:
+    def parse(key: str, v: object) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(key, v, "must be an integer")
+        if not lo <= v <= hi:
+            raise ConfigError(key, v, f"must be between {lo} and {hi}")
+        return v
+
+    return parse
+
+
+def _ring(key: str, v: object) -> int:
+    n = _int_range(0, 32768)(key, v)
+    if n & (n - 1):
+        raise ConfigError(key, v, "a TAP ring size must be a power of two (VPP refuses others)")
+    return n
+
+
+def _seconds(key: str, v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.1 <= v <= 60:
+        raise ConfigError(key, v, "must be a number of seconds between 0.1 and 60")
+    return float(v)
+
+
+def _endpoints(key: str, v: object) -> tuple[str, ...]:
+    items = v.split(",") if isinstance(v, str) else v
+    if not isinstance(items, list | tuple) or not items:
+        raise ConfigError(key, v, "must be a list of etcd URLs like http://10.0.0.1:2379")
+    out = []
+    for item in items:
+        if not isinstance(item, str) or "://" not in item:
+            raise ConfigError(key, v, f"{item!r} is not an etcd URL like http://10.0.0.1:2379")
+        out.append(item.strip())
+    return tuple(out)
+
+
+def _prefix(key: str, v: object) -> str:
+    s = _str(key, v)
+    if not s.startswith("/"):
+        raise ConfigError(key, v, "must start with '/'")
+    return s if s.endswith("/") else s + "/"
+
+
+def _abs_path(key: str, v: object) -> str:
+    s = _str(key, v)
+    if not os.path.isabs(s):
+        raise ConfigError(key, v, "must be an absolute path")
+    return s
+
+
+def _http_address(key: str, v: object) -> str:
+    s = _str(key, v)
+    _, sep, port = s.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, v, "must be HOST:PORT (an empty HOST listens on all addresses)")
+    return s
+
+
+def _dataplane(key: str, v: object) -> str:
+    if v not in ("kernel", "vpp"):
+        raise ConfigError(key, v, "must be 'kernel' or 'vpp'")
+    return str(v)
+
+
+def _ifname(key: str, v: object) -> str:
+    s = _str(key, v)
+    if len(s.encode()) > 15 or "/" in s or ":" in s or s.strip() != s:
+        raise ConfigError(key, v, "must be a Linux interface name (at most 15 bytes)")
+    return s
+
+
+def _tap_version(key: str, v: object) -> int:
+    if v != 2:
+        raise ConfigError(key, v, "only TAP version 2 (virtio) exists in current VPP releases")
+    return 2
+
+
+def _any_str(key: str, v: object) -> str:
+    if not isinstance(v, str):
+        raise ConfigError(key, v, "must be a string")
+    return v
+
+
+# YAML key -> (AgentConfig field, parser). Lookup is by lower-cased key.
+_KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
+    k.lower(): (k, f, p)
+    for k, f, p in [
+        ("NodeName", "node_name", _str),
+        ("NodeIP", "node_ip", _any_str),
+        ("EtcdEndpoints", "etcd_endpoints", _endpoints),
+        ("EtcdPrefix", "etcd_prefix", _prefix),
+        ("EtcdTimeout", "etcd_timeout", _seconds),
+        ("CNISocket", "cni_socket", _abs_path),
+        ("HTTPAddress", "http_address", _http_address),
+        ("Dataplane", "dataplane", _dataplane),
+        ("GatewayInterface", "gateway_interface", _ifname),
+        ("VPPAPISocket", "vpp_api_socket", _abs_path),
+        ("VPPAPIDir", "vpp_api_dir", _any_str),
+        ("Workers", "workers", _int_range(1, 256)),
+        ("UseTAPInterfaces", "use_tap_interfaces", _bool),
+        ("TAPInterfaceVersion", "tap_interface_version", _tap_version),
+        ("TAPv2RxRingSize", "tapv2_rx_ring_size", _ring),
+        ("TAPv2TxRingSize", "tapv2_tx_ring_size", _ring),
+        ("MTUSize", "mtu", _int_range(576, 9216)),
+        ("MainVRFID", "main_vrf_id", _int_range(0, 2**32 - 1)),
+        ("PodVRFID", "pod_vrf_id", _int_range(0, 2**32 - 1)),
+    ]
+}
+
+# Contiv keys that exist in contiv.yaml but that this agent does not implement (yet): accepted
+# with a warning naming them, so an operator's existing config map still loads.
+_CONTIV_UNIMPLEMENTED = {
+    k.lower(): k
+    for k in [
+        "NatExternalTraffic",
+        "UseNoOverlay",
+        "UseL2Interconnect",
+        "UseSRv6ForServices",
+        "UseSRv6ForServiceFunctionChaining",
+        "UseDX6ForSrv6NodetoNodeTransport",
+        "ScanIPNeighbors",
+        "IPNeighborScanInterval",
+        "IPNeighborStaleThreshold",
+        "EnablePacketTrace",
+        "CRDNodeConfiguration",
+        "ServiceLocalEndpointWeight",
+        "DisableNATVirtualReassembly",
+        "StealFirstNIC",
+        "StealInterface",
+        "STNSocketFile",
+        "STNVersion",
+        "NodeConfig",
+        "RoutingConfig",
+        "InterfaceRxMode",
+        "TCPChecksumOffloadDisabled",
+        "TCPstackDisabled",
+        "EnableGSO",
+        "PrimaryDNS",
+        "SecondaryDNS",
+        "UseTAPInterfacesForPodsOnly",
+    ]
+}
+
+
+def load(path: str | Path, env: Mapping[str, str] | None = None) -> AgentConfig:
+    """Reads and validates the YAML config file; raises ConfigError naming the bad key."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("--config", str(path), f"cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("--config", str(path), f"not valid YAML: {exc}") from exc
+    return parse(data if data is not None else {}, env)
+
+
+def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
+    """Validates a decoded config document (a mapping of Contiv's and our keys)."""
+    if not isinstance(data, dict):
+        raise ConfigError("<top level>", data, "the config must be a YAML mapping of keys")
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    ipam_section: object = {}
+    for raw_key, value in data.items():
+        key = str(raw_key)
+        lower = key.lower()
+        if lower == "ipamconfig":
+            ipam_section = value
+        elif lower in _KEYS:
+            _, fname, parser = _KEYS[lower]
+            values[fname] = parser(key, value)
+        elif lower in _CONTIV_UNIMPLEMENTED:
+            warnings.append(f"config key {key!r} is a Contiv key this agent does not implement")
+        else:
+            known = ", ".join(sorted(k for k, _, _ in _KEYS.values()))
+            raise ConfigError(key, value, f"unknown key (known keys: IPAMConfig, {known})")
+    if not isinstance(ipam_section, dict):
+        raise ConfigError("IPAMConfig", ipam_section, "must be a mapping of IPAM keys")
+    try:
+        ipam_cfg, ipam_warnings = IPAMConfig.from_mapping(ipam_section)
+    except IPAMConfigError as exc:
+        raise ConfigError(f"IPAMConfig.{exc.key}", exc.value, exc.reason) from exc
+    warnings.extend(ipam_warnings)
+    if "node_name" not in values:
+        # Kubernetes passes the node name through the downward API; fall back to the hostname.
+        values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
+    return AgentConfig(ipam=ipam_cfg, warnings=tuple(warnings), **values)
