@@ -200,6 +200,7 @@ def _finish_veth(
         index = ifindex(ipr, host_ifname)
         if index is None:
             raise DataplaneFailure(f"veth host end {host_ifname} vanished after creation")
+        _no_dad(host_ifname)
         ipr.link("set", index=index, ifalias=alias, state="up")
         mac = str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
     with pod_ns(pod_netns) as pipr, translated(f"bringing {pod_ifname} up in the pod"):
@@ -208,6 +209,20 @@ def _finish_veth(
             raise DataplaneFailure(f"veth peer {pod_ifname} missing in {pod_netns}")
         pipr.link("set", index=pindex, state="up")
     return index, mac
+
+
+def _no_dad(ifname: str) -> None:
+    """No IPv6 duplicate address detection on a host end, set before it comes up.
+
+    While its link-local address is tentative (about a second of DAD) the node cannot send
+    neighbor solicitations on it, so the pod's first IPv6 packets would go unanswered. The address
+    is derived from a fresh random MAC on a point-to-point link: DAD protects nothing here.
+    """
+    try:
+        with open(f"/proc/sys/net/ipv6/conf/{ifname}/accept_dad", "w") as knob:
+            knob.write("0")
+    except FileNotFoundError:  # IPv6 disabled on the node: nothing to detect
+        pass
 
 
 def delete_link(ifname: str) -> bool:

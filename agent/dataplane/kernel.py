@@ -1,0 +1,201 @@
+"""Kernel dataplane: Linux routing in the agent's own namespace, for nodes and tests without VPP.
+
+Each pod gets a veth pair: the peer is created directly inside the pod netns under the name the
+runtime asked for, the host end (host_prefix + a digest of the pod key, at most 15 bytes) stays in
+the node namespace with host routes to the pod's /32 and /128 addresses. The host end carries the
+owner tag `vswitch-cni:<container_id>:<ifname>` as its IFLA_IFALIAS so a restarted agent finds
+its links again (`owned`). The pod's gateway addresses live on one gateway interface (a dummy, or
+an ifb where the kernel has no dummy driver) so pods can ping their gateway, and the connected
+node-subnet route on it sends traffic to unassigned pod addresses nowhere; the pod resolves its
+gateway to the MAC of its own host veth end (a permanent neighbor set by agent/podside).
+
+"Host namespace" is the network namespace of the calling thread (see agent/netlink): the agent runs
+in the node's, tests run the driver in a thread that entered a test node namespace.
+
+Thread-safety: no state is shared between pods; every call opens its own netlink sockets, so
+attach/detach for different pods run in parallel. `start` is serialized by a lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyroute2 import IPRoute, NetlinkError
+
+from agent import netlink
+from agent.dataplane import UndoStack
+from agent.errors import InvalidConfig
+from agent.model import IPInterface, PodNetwork, Wiring
+
+OWNER_PREFIX = "vswitch-cni:"
+SCOPE_LINK = 253
+IFNAMSIZ = 15
+DIGEST_LEN = 11
+FORWARDING = ("/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding")
+
+
+def owner_tag(pod: PodNetwork) -> str:
+    return f"{OWNER_PREFIX}{pod.key.container_id}:{pod.key.ifname}"
+
+
+class KernelDataplane:
+    """The `Dataplane` protocol on Linux routing."""
+
+    name = "kernel"
+
+    def __init__(
+        self,
+        gateways: Sequence[IPInterface],
+        mtu: int,
+        gateway_ifname: str = "vswitch0",
+        host_prefix: str = "vsw",
+    ) -> None:
+        if not 0 < len(gateway_ifname) <= IFNAMSIZ:
+            raise InvalidConfig(f"gateway_ifname {gateway_ifname!r}: 1 to {IFNAMSIZ} bytes")
+        if len(host_prefix) + DIGEST_LEN > IFNAMSIZ:
+            raise InvalidConfig(
+                f"host_prefix {host_prefix!r}: at most {IFNAMSIZ - DIGEST_LEN} bytes"
+            )
+        if not 68 <= mtu <= 65535:
+            raise InvalidConfig(f"mtu {mtu}: must be within 68..65535")
+        self.gateways = tuple(gateways)
+        self.mtu = mtu
+        self.gateway_ifname = gateway_ifname
+        self.host_prefix = host_prefix
+        self._start_lock = threading.Lock()
+        self._started = False
+
+    def host_ifname(self, pod: PodNetwork) -> str:
+        return self.host_prefix + pod.key.digest(DIGEST_LEN)
+
+    # --- node-wide ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._start_lock:
+            with netlink.host_ns() as ipr, netlink.translated("setting up the gateway interface"):
+                index = self._gateway_link(ipr)
+                for gw in self.gateways:
+                    _add_gateway_address(ipr, index, gw)
+                ipr.link("set", index=index, state="up")
+            with netlink.translated("enabling IP forwarding"):
+                for path in FORWARDING:
+                    with open(path, "w") as knob:
+                        knob.write("1")
+            self._started = True
+
+    def _gateway_link(self, ipr: IPRoute) -> int:
+        index = netlink.ifindex(ipr, self.gateway_ifname)
+        if index is not None:
+            return index
+        try:
+            ipr.link("add", ifname=self.gateway_ifname, kind="dummy")
+        except NetlinkError as exc:
+            if exc.code != errno.EOPNOTSUPP:
+                raise
+            # kernels built without the dummy driver: an ifb behaves the same for us
+            ipr.link("add", ifname=self.gateway_ifname, kind="ifb")
+        index = netlink.ifindex(ipr, self.gateway_ifname)
+        assert index is not None
+        return index
+
+    def ready(self) -> bool:
+        if not self._started:
+            return False
+        try:
+            return netlink.link_exists(self.gateway_ifname)
+        except Exception:  # readiness is a yes/no probe, never an error
+            return False
+
+    def close(self) -> None:
+        """Nothing to release: sockets are per call. Pods stay wired."""
+
+    # --- per pod -----------------------------------------------------------------------------
+
+    def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:
+        host = self.host_ifname(pod)
+        if netlink.link_exists(host):  # a leftover of an earlier, interrupted attempt
+            netlink.delete_link(host)
+        pod_mac = netlink.mac_from_key(pod.key)
+        mtu = pod.mtu or self.mtu
+        index, host_mac = netlink.create_veth(
+            host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
+        )
+        undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
+        with netlink.host_ns() as ipr, netlink.translated(f"routing {pod.key} via {host}"):
+            for iface in pod.addresses:
+                dst = f"{iface.ip}/{iface.max_prefixlen}"
+                ipr.route("replace", dst=dst, oif=index, scope=SCOPE_LINK)
+                undo.push(f"delete route {dst}", _route_deleter(dst, index))
+        return Wiring(host_ifname=host, pod_mac=pod_mac, gateway_mac=host_mac)
+
+    def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
+        # the kernel removes the peer in the pod and every route through the host end with it
+        netlink.delete_link(wiring.host_ifname if wiring else self.host_ifname(pod))
+
+    def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
+        host = wiring.host_ifname
+        with netlink.host_ns() as ipr, netlink.translated(f"checking {host}"):
+            index = netlink.ifindex(ipr, host)
+            if index is None:
+                return [f"host interface {host} missing"]
+            link = ipr.link("get", index=index)[0]
+            problems = _link_problems(link, host, owner_tag(pod), pod.mtu or self.mtu)
+            if str(link.get_attr("IFLA_ADDRESS")).lower() != wiring.gateway_mac.lower():
+                problems.append(f"host interface {host} MAC differs from the pod's gateway MAC")
+            routed = {
+                f"{r.get_attr('RTA_DST')}/{r['dst_len']}"
+                for r in ipr.get_routes(oif=index, table=254, family=0)
+            }
+        for iface in pod.addresses:
+            dst = f"{iface.ip}/{iface.max_prefixlen}"
+            if dst not in routed:
+                problems.append(f"route {dst} via {host} missing")
+        return problems
+
+    def owned(self) -> dict[str, str]:
+        return {
+            name: tag
+            for name, tag in netlink.links_with_alias_prefix(OWNER_PREFIX).items()
+            if name.startswith(self.host_prefix)
+        }
+
+
+def _add_gateway_address(ipr: IPRoute, index: int, gw: IPInterface) -> None:
+    try:
+        ipr.addr(
+            "add",
+            index=index,
+            address=str(gw.ip),
+            prefixlen=gw.network.prefixlen,
+            flags=0x02 if gw.version == 6 else 0,  # IFA_F_NODAD: usable at once
+        )
+    except NetlinkError as exc:
+        if exc.code != errno.EEXIST:  # start() is idempotent
+            raise
+
+
+def _route_deleter(dst: str, index: int) -> Callable[[], None]:
+    def undo() -> None:
+        with netlink.host_ns() as ipr:
+            try:
+                ipr.route("del", dst=dst, oif=index)
+            except NetlinkError as exc:
+                if exc.code not in (errno.ESRCH, errno.ENODEV, errno.ENOENT):
+                    raise
+
+    return undo
+
+
+def _link_problems(link: Any, host: str, tag: str, mtu: int) -> list[str]:
+    problems: list[str] = []
+    attr = link.get_attr
+    if attr("IFLA_IFALIAS") != tag:
+        problems.append(f"host interface {host} owner tag is {attr('IFLA_IFALIAS')!r}, not {tag!r}")
+    if attr("IFLA_OPERSTATE") != "UP":
+        problems.append(f"host interface {host} is {attr('IFLA_OPERSTATE')}, not UP")
+    if attr("IFLA_MTU") != mtu:
+        problems.append(f"host interface {host} has MTU {attr('IFLA_MTU')}, expected {mtu}")
+    return problems

@@ -1,0 +1,213 @@
+"""The pod side of a wiring: addresses, gateway neighbor, routes and MTU inside the pod netns.
+
+The same for every dataplane driver: the driver has created the interface `pod.key.ifname` inside
+`pod.netns` and tells us the MAC the pod's gateway must resolve to (the host veth end, or VPP's
+interface). The gateway gets a permanent neighbor entry, so the pod never ARPs/NDPs for it and the
+vswitch need not answer; the gateway is reached through a link-scope route, which lets a /32 or
+/128 pod address have a gateway outside its own (empty) subnet; the default route goes via it.
+
+`configure` uses replace semantics so a retried ADD converges; `remove` undoes it and is
+idempotent (a namespace or interface that is already gone is success). Netlink failures are
+`PodSideFailure`; a bad CNI_NETNS is `InvalidEnvironment` (from agent.netlink).
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pyroute2 import IPRoute, NetlinkError
+
+from agent.errors import InvalidEnvironment, PodSideFailure
+from agent.model import IPAddress, PodNetwork
+from agent.netlink import ifindex, pod_ns, translated
+
+IFA_F_NODAD = 0x02
+NUD_PERMANENT = 0x80
+SCOPE_LINK = 253
+IFF_UP = 0x1
+
+
+def _family(addr: IPAddress) -> int:
+    return socket.AF_INET if addr.version == 4 else socket.AF_INET6
+
+
+def _default(addr: IPAddress) -> str:
+    return "0.0.0.0/0" if addr.version == 4 else "::/0"
+
+
+def _host_prefix(addr: IPAddress) -> int:
+    return 32 if addr.version == 4 else 128
+
+
+def _pod_index(ipr: IPRoute, pod: PodNetwork) -> int:
+    index = ifindex(ipr, pod.key.ifname)
+    if index is None:
+        raise PodSideFailure(f"interface {pod.key.ifname} missing in {pod.netns}")
+    return index
+
+
+def configure(pod: PodNetwork, gateway_mac: str) -> str:
+    """Configures the pod's interface; returns its MAC."""
+    with pod_ns(pod.netns) as ipr, translated(f"configuring {pod.key} in the pod", PodSideFailure):
+        index = _pod_index(ipr, pod)
+        lo = ifindex(ipr, "lo")
+        if lo is not None:
+            ipr.link("set", index=lo, state="up")
+        ipr.link("set", index=index, mtu=pod.mtu, state="up")
+        for iface in pod.addresses:
+            _add_address(ipr, index, iface)
+        for gateway in pod.gateways:
+            _route_via(ipr, index, gateway, gateway_mac)
+        return str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
+
+
+def _add_address(
+    ipr: IPRoute, index: int, iface: ipaddress.IPv4Interface | ipaddress.IPv6Interface
+) -> None:
+    # v6 without DAD: the address is usable at once, and IPAM already guarantees uniqueness
+    flags = IFA_F_NODAD if iface.version == 6 else 0
+    try:
+        ipr.addr(
+            "add",
+            index=index,
+            address=str(iface.ip),
+            prefixlen=iface.network.prefixlen,
+            flags=flags,
+        )
+    except NetlinkError as exc:
+        if exc.code != errno.EEXIST:  # a retried ADD finds its address in place
+            raise
+
+
+def _route_via(ipr: IPRoute, index: int, gateway: IPAddress, gateway_mac: str) -> None:
+    ipr.neigh(
+        "replace",
+        dst=str(gateway),
+        lladdr=gateway_mac,
+        ifindex=index,
+        state=NUD_PERMANENT,
+        family=_family(gateway),
+    )
+    ipr.route(
+        "replace",
+        dst=f"{gateway}/{_host_prefix(gateway)}",
+        oif=index,
+        scope=SCOPE_LINK,
+        family=_family(gateway),
+    )
+    ipr.route(
+        "replace",
+        dst=_default(gateway),
+        gateway=str(gateway),
+        oif=index,
+        family=_family(gateway),
+    )
+
+
+def check(pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]:
+    """What is wrong with the pod side, in words; empty when all is as configured."""
+    try:
+        with pod_ns(pod.netns) as ipr, translated("reading the pod netns", PodSideFailure):
+            index = ifindex(ipr, pod.key.ifname)
+            if index is None:
+                return [f"interface {pod.key.ifname} missing in {pod.netns}"]
+            return list(_problems(ipr, index, pod, gateway_mac, pod_mac))
+    except InvalidEnvironment as exc:
+        return [f"netns: {exc}"]
+
+
+def _problems(
+    ipr: IPRoute, index: int, pod: PodNetwork, gateway_mac: str, pod_mac: str
+) -> Iterator[str]:
+    name = pod.key.ifname
+    link = ipr.link("get", index=index)[0]
+    if not link["flags"] & IFF_UP:
+        yield f"interface {name} is down"
+    if link.get_attr("IFLA_MTU") != pod.mtu:
+        yield f"interface {name} has MTU {link.get_attr('IFLA_MTU')}, expected {pod.mtu}"
+    mac = str(link.get_attr("IFLA_ADDRESS"))
+    if pod_mac and mac.lower() != pod_mac.lower():
+        yield f"interface {name} has MAC {mac}, expected {pod_mac}"
+    have = {
+        ipaddress.ip_interface(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}")
+        for a in ipr.get_addr(index=index)
+    }
+    for iface in pod.addresses:
+        if iface not in have:
+            yield f"address {iface} missing on {name}"
+    for gateway in pod.gateways:
+        yield from _gateway_problems(ipr, index, name, gateway, gateway_mac)
+
+
+def _gateway_problems(
+    ipr: IPRoute, index: int, name: str, gateway: IPAddress, gateway_mac: str
+) -> Iterator[str]:
+    family = _family(gateway)
+    neigh = [
+        n
+        for n in ipr.get_neighbours(family=family, ifindex=index)
+        if n.get_attr("NDA_DST") == str(gateway)
+    ]
+    if not neigh:
+        yield f"neighbor {gateway} missing on {name}"
+    elif str(neigh[0].get_attr("NDA_LLADDR")).lower() != gateway_mac.lower():
+        yield f"neighbor {gateway} is {neigh[0].get_attr('NDA_LLADDR')}, expected {gateway_mac}"
+    elif not neigh[0]["state"] & NUD_PERMANENT:
+        yield f"neighbor {gateway} is not permanent"
+    routes = ipr.get_routes(family=family, oif=index, table=254)
+    plen = _host_prefix(gateway)
+    if not any(_is_route(r, str(gateway), plen, None) for r in routes):
+        yield f"route to gateway {gateway}/{plen} via {name} missing"
+    if not any(_is_route(r, None, 0, str(gateway)) for r in routes):
+        yield f"default route via {gateway} missing"
+
+
+def _is_route(route: Any, dst: str | None, plen: int, gateway: str | None) -> bool:
+    return bool(
+        route["dst_len"] == plen
+        and route.get_attr("RTA_DST") == dst
+        and route.get_attr("RTA_GATEWAY") == gateway
+    )
+
+
+def remove(pod: PodNetwork) -> None:
+    """Undoes `configure` (routes, neighbors, addresses, link down). Idempotent."""
+    try:
+        with pod_ns(pod.netns) as ipr, translated(f"cleaning {pod.key} in the pod", PodSideFailure):
+            index = ifindex(ipr, pod.key.ifname)
+            if index is None:
+                return
+            for gateway in pod.gateways:
+                _forget_gateway(ipr, index, gateway)
+            for iface in pod.addresses:
+                _ignore_absent(
+                    ipr.addr,
+                    "del",
+                    index=index,
+                    address=str(iface.ip),
+                    prefixlen=iface.network.prefixlen,
+                )
+            ipr.link("set", index=index, state="down")
+    except InvalidEnvironment:
+        return  # the namespace is gone: nothing of the pod side is left
+
+
+def _forget_gateway(ipr: IPRoute, index: int, gateway: IPAddress) -> None:
+    family = _family(gateway)
+    _ignore_absent(ipr.route, "del", dst=_default(gateway), oif=index, family=family)
+    _ignore_absent(
+        ipr.route, "del", dst=f"{gateway}/{_host_prefix(gateway)}", oif=index, family=family
+    )
+    _ignore_absent(ipr.neigh, "del", dst=str(gateway), ifindex=index, family=family)
+
+
+def _ignore_absent(call: Callable[..., object], *args: object, **kwargs: object) -> None:
+    try:
+        call(*args, **kwargs)
+    except NetlinkError as exc:
+        if exc.code not in (errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL, errno.ENODEV):
+            raise

@@ -1,0 +1,78 @@
+"""Building blocks for the kernel dataplane tests: unique subnets, pods, a started driver."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from agent import podside
+from agent.dataplane import UndoStack
+from agent.dataplane.kernel import KernelDataplane
+from agent.model import PodKey, PodNetwork, Wiring
+from tests.helpers.netns import run_in, unique
+
+
+@dataclass(frozen=True)
+class Subnets:
+    """A node's pod subnets (v4 /24, v6 /64) picked at random per test, plus a node address."""
+
+    v4: ipaddress.IPv4Network
+    v6: ipaddress.IPv6Network
+
+    @classmethod
+    def pick(cls) -> Subnets:
+        a, b = random.randrange(200, 250), random.randrange(256)
+        return cls(
+            ipaddress.IPv4Network(f"10.{a}.{b}.0/24"),
+            ipaddress.IPv6Network(f"fd00:{a:x}:{b:x}::/64"),
+        )
+
+    def gateways(self) -> list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]:
+        return [
+            ipaddress.IPv4Interface(f"{self.v4[1]}/{self.v4.prefixlen}"),
+            ipaddress.IPv6Interface(f"{self.v6[1]}/{self.v6.prefixlen}"),
+        ]
+
+    def pod(
+        self, netns: str, n: int, v4: bool = True, v6: bool = True, mtu: int = 1450
+    ) -> PodNetwork:
+        addresses: list[ipaddress.IPv4Interface | ipaddress.IPv6Interface] = []
+        gateways: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+        if v4:
+            addresses.append(ipaddress.IPv4Interface(f"{self.v4[n]}/32"))
+            gateways.append(self.v4[1])
+        if v6:
+            addresses.append(ipaddress.IPv6Interface(f"{self.v6[n]}/128"))
+            gateways.append(self.v6[1])
+        key = PodKey(f"cid{unique('')}{n}", "eth0")
+        return PodNetwork(key, netns, tuple(addresses), tuple(gateways), mtu)
+
+
+@contextmanager
+def started_driver(node_ns: str, subnets: Subnets) -> Iterator[KernelDataplane]:
+    """A started driver in `node_ns` (the calling thread must be inside it); lo up there."""
+    run_in(node_ns, "ip", "link", "set", "lo", "up")
+    dp = KernelDataplane(
+        subnets.gateways(), mtu=1450, gateway_ifname=unique("gw"), host_prefix="tv"
+    )
+    dp.start()
+    try:
+        yield dp
+    finally:
+        dp.close()  # the node namespace, and everything in it, goes with the node_ns fixture
+
+
+def wire(dp: KernelDataplane, pod: PodNetwork) -> Wiring:
+    """attach + podside.configure, unwinding on failure, as agent/pods does."""
+    undo = UndoStack()
+    try:
+        wiring = dp.attach(pod, undo)
+        undo.push("pod side", lambda: podside.remove(pod))
+        podside.configure(pod, wiring.gateway_mac)
+        return wiring
+    except BaseException:
+        undo.unwind()
+        raise
