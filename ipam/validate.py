@@ -1,0 +1,68 @@
+"""Whole-config checks of an `IPAMConfig`: prefix lengths that fit, no overlaps, room for a node.
+
+Run once at start (`IPAMConfig.from_mapping` calls it); a refusal names the key, the value and
+what to change. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from ipam._parse import ConfigError, IPNetwork
+from ipam.config import IPAMConfig
+from ipam.subnets import node_id_bounds
+
+# Host numbers a per-node subnet must hold beside its pods or interconnect ends.
+_MIN_POD_ADDRESSES = 8  # network, gateway, reserved last, broadcast + at least 4 pods
+_MIN_HOST_ADDRESSES = 4  # network, VPP end, Linux end, broadcast
+
+
+def _check_split(cluster_key: str, cluster: IPNetwork, len_key: str, plen: int,
+                 min_addresses: int) -> None:
+    """The per-node prefix must cut the cluster subnet and leave `min_addresses` per node."""
+    if plen > cluster.max_prefixlen:
+        raise ConfigError(len_key, plen, f"longer than an IPv{cluster.version} address "
+                          f"({cluster.max_prefixlen} bits) of {cluster_key} {cluster}")
+    if plen <= cluster.prefixlen:
+        raise ConfigError(len_key, plen, f"must be longer than the /{cluster.prefixlen} of "
+                          f"{cluster_key} {cluster}, so that each node gets a part of it")
+    if 1 << (cluster.max_prefixlen - plen) < min_addresses:
+        longest = cluster.max_prefixlen - (min_addresses - 1).bit_length()
+        raise ConfigError(len_key, plen, f"leaves fewer than {min_addresses} addresses per "
+                          f"node; use /{longest} or shorter")
+
+
+def _check_overlaps(cfg: IPAMConfig) -> None:
+    subnets: list[tuple[str, IPNetwork]] = [(key, net) for key, net, _ in cfg.pod_subnets()]
+    subnets.append(("VPPHostSubnetCIDR", cfg.vpp_host_subnet_cidr))
+    if not cfg.node_interconnect_dhcp and cfg.node_interconnect_cidr is not None:
+        subnets.append(("NodeInterconnectCIDR", cfg.node_interconnect_cidr))
+    subnets.append(("VxlanCIDR", cfg.vxlan_cidr))
+    subnets.append(("ServiceCIDR", cfg.service_cidr))
+    for (key_a, net_a), (key_b, net_b) in combinations(subnets, 2):
+        if net_a.version == net_b.version and net_a.overlaps(net_b):
+            raise ConfigError(key_b, str(net_b), f"overlaps {key_a} {net_a}; "
+                              "every subnet must be disjoint")
+
+
+def _check_gateway(cfg: IPAMConfig) -> None:
+    gateway, subnet = cfg.default_gateway, cfg.node_interconnect_cidr
+    if gateway is None or subnet is None or cfg.node_interconnect_dhcp:
+        return
+    if gateway.version == subnet.version and gateway not in subnet:
+        raise ConfigError("DefaultGateway", str(gateway),
+                          f"not inside NodeInterconnectCIDR {subnet}")
+
+
+def validate_config(cfg: IPAMConfig) -> None:
+    for key, net, plen in cfg.pod_subnets():
+        len_key = "PodNetworkV6PrefixLen" if key == "PodSubnetV6CIDR" else "PodNetworkPrefixLen"
+        _check_split(key, net, len_key, plen, _MIN_POD_ADDRESSES)
+    _check_split("VPPHostSubnetCIDR", cfg.vpp_host_subnet_cidr, "VPPHostNetworkPrefixLen",
+                 cfg.vpp_host_network_prefix_len, _MIN_HOST_ADDRESSES)
+    _check_overlaps(cfg)
+    _check_gateway(cfg)
+    bound, key = min(node_id_bounds(cfg))
+    if bound < 1:
+        value = cfg.vxlan_cidr if key == "VxlanCIDR" else cfg.node_interconnect_cidr
+        raise ConfigError(key, str(value), "leaves room for no node; use a larger subnet")
