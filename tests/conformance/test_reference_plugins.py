@@ -11,6 +11,9 @@ Test plan:
 - GC at 1.1.0 through libcni: the cached attachment missing from the valid list gets a DEL (IP
   and interface gone), the valid one still passes CHECK. GC with a single key (the driver's own
   path) reaches the plugins and succeeds (1.9.1's bridge and host-local implement no GC).
+- Chaining bridge -> portmap -> tuning with a port mapping passed as a capability arg at 1.0.0 and
+  1.1.0: portmap's DNAT rule for the pod IP appears in the host namespace and goes with DEL; tuning
+  really sets promisc; CHECK passes.
 - Errors: an unsupported cniVersion comes back as CNI code 1; CHECK after the pod interface was
   removed fails with a plugin code, not a crash of the harness.
 
@@ -30,7 +33,7 @@ from typing import Any
 import pytest
 from pyroute2 import IPRoute
 
-from tests.libcni import Libcni, unique
+from tests.libcni import PORTMAP_CONF, TUNING_CONF, Libcni, is_promisc, nat_rules, unique
 
 ATTACH_VERSIONS = ["1.0.0", "1.1.0"]
 
@@ -55,7 +58,7 @@ class BridgeNet:
         self.data_dir = tmp_path / "host-local"
         self.host_netns = host_netns
 
-    def conflist(self, version: str) -> dict[str, Any]:
+    def conflist(self, version: str, *chained: dict[str, Any]) -> dict[str, Any]:
         return {
             "cniVersion": version,
             "name": self.name,
@@ -63,7 +66,7 @@ class BridgeNet:
                 "type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False,
                 "ipam": {"type": "host-local", "subnet": str(self.subnet),
                          "dataDir": str(self.data_dir)},
-            }],
+            }, *chained],
         }
 
     def reserved_ips(self) -> set[str]:
@@ -198,3 +201,24 @@ def test_check_of_removed_interface_fails_with_a_code(
     assert rc == 1
     assert out["code"] != 0 and out["msg"], out
     assert reference_libcni.delete(conflist, cid, pod) == (0, {})
+
+
+@pytest.mark.parametrize("version", ATTACH_VERSIONS)
+def test_chained_portmap_and_tuning(
+    version: str, reference_libcni: Libcni, bridge_net: BridgeNet, make_netns: Callable[[], Path],
+) -> None:
+    assert reference_libcni.netns_path is not None
+    host, pod = reference_libcni.netns_path, make_netns()
+    cid = f"ctr-{secrets.token_hex(8)}"
+    conflist = bridge_net.conflist(version, PORTMAP_CONF, TUNING_CONF)
+    mappings = {"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]}
+
+    rc, result = reference_libcni.add(conflist, cid, pod, capability_args=mappings)
+    assert rc == 0, result
+    ip = _pod_ip(result, pod).split("/")[0]
+    assert any(f"{ip}:80" in rule for rule in nat_rules(host)), nat_rules(host)
+    assert is_promisc(pod, "eth0")
+    assert reference_libcni.check(conflist, cid, pod, capability_args=mappings) == (0, {})
+
+    assert reference_libcni.delete(conflist, cid, pod, capability_args=mappings) == (0, {})
+    assert not any(f"{ip}:" in rule for rule in nat_rules(host))

@@ -17,11 +17,14 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from pyroute2 import IPRoute
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER_SOURCE = Path(__file__).with_name("driver.go")
@@ -33,6 +36,13 @@ LIBCNI_SOURCE = GOCODE / "src" / "github.com" / "containernetworking" / "cni" / 
 INSTALL_HINT = "run .ci/install-system (as root) to install Go 1.23, libcni 1.3.0 and the plugins"
 
 JsonDict = dict[str, Any]
+IFF_PROMISC = 0x100
+
+# Reference plugins to chain after a first plugin: portmap takes port mappings from the runtime
+# (a capability arg) and reads the pod IP from prevResult; tuning changes the pod interface that
+# prevResult names. Both fail if the first plugin's result is not a valid prevResult.
+PORTMAP_CONF: JsonDict = {"type": "portmap", "capabilities": {"portMappings": True}}
+TUNING_CONF: JsonDict = {"type": "tuning", "promisc": True}
 
 
 class LibcniUnavailable(RuntimeError):
@@ -51,6 +61,20 @@ def unique(prefix: str) -> str:
     return f"{prefix}{os.getpid() % 10000:04d}{secrets.token_hex(2)}"
 
 
+def nat_rules(netns_path: Path) -> list[str]:
+    """The NAT table of a namespace as `iptables -S` lines (what portmap programmed)."""
+    proc = subprocess.run(["nsenter", f"--net={netns_path}", "--", "iptables", "-t", "nat", "-S"],
+                          capture_output=True, text=True, timeout=30, check=True)
+    return proc.stdout.splitlines()
+
+
+def is_promisc(netns_path: Path, ifname: str) -> bool:
+    """Whether ifname in the namespace is in promiscuous mode (what tuning set)."""
+    with IPRoute(netns=str(netns_path), flags=0) as ipr:
+        (index,) = ipr.link_lookup(ifname=ifname)
+        return bool(ipr.get_links(index)[0]["flags"] & IFF_PROMISC)
+
+
 def check_prerequisites() -> None:
     """Raise LibcniUnavailable naming every missing piece the harness needs."""
     missing = [
@@ -59,6 +83,7 @@ def check_prerequisites() -> None:
             ("Go 1.23", GO),
             ("libcni 1.3.0 source", LIBCNI_SOURCE / "api.go"),
             ("reference CNI plugins 1.9.1", REFERENCE_PLUGINS / "bridge"),
+            ("iptables (for portmap)", Path(shutil.which("iptables") or "/usr/sbin/iptables")),
         )
         if not path.exists()
     ]
