@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import re
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyroute2 import IPRoute, NetlinkError
 
-from agent.errors import InvalidEnvironment, PodSideFailure
+from agent.errors import InternalError, InvalidEnvironment, PodSideFailure
 from agent.model import IPAddress, PodNetwork
 from agent.netlink import ifindex, pod_ns, translated
 
@@ -29,6 +30,7 @@ IFA_F_NODAD = 0x02
 NUD_PERMANENT = 0x80
 SCOPE_LINK = 253
 IFF_UP = 0x1
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
 
 def _family(addr: IPAddress) -> int:
@@ -52,17 +54,24 @@ def _pod_index(ipr: IPRoute, pod: PodNetwork) -> int:
 
 def configure(pod: PodNetwork, gateway_mac: str) -> str:
     """Configures the pod's interface; returns its MAC."""
-    with pod_ns(pod.netns) as ipr, translated(f"configuring {pod.key} in the pod", PodSideFailure):
-        index = _pod_index(ipr, pod)
-        lo = ifindex(ipr, "lo")
-        if lo is not None:
-            ipr.link("set", index=lo, state="up")
-        ipr.link("set", index=index, mtu=pod.mtu, state="up")
+    if not _MAC.fullmatch(gateway_mac):  # it comes from the driver: a bad one is our bug
+        raise InternalError(f"gateway_mac {gateway_mac!r} from the dataplane is not a MAC")
+    name = pod.key.ifname
+    with pod_ns(pod.netns) as ipr:
+        with translated(f"bringing {name} up with MTU {pod.mtu}", PodSideFailure):
+            index = _pod_index(ipr, pod)
+            lo = ifindex(ipr, "lo")
+            if lo is not None:
+                ipr.link("set", index=lo, state="up")
+            ipr.link("set", index=index, mtu=pod.mtu, state="up")
         for iface in pod.addresses:
-            _add_address(ipr, index, iface)
+            with translated(f"adding address {iface} to {name}", PodSideFailure):
+                _add_address(ipr, index, iface)
         for gateway in pod.gateways:
-            _route_via(ipr, index, gateway, gateway_mac)
-        return str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
+            with translated(f"routing {name} via gateway {gateway}", PodSideFailure):
+                _route_via(ipr, index, gateway, gateway_mac)
+        with translated(f"reading the MAC of {name}", PodSideFailure):
+            return str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
 
 
 def _add_address(
