@@ -18,9 +18,15 @@ from pathlib import Path
 import pytest
 from pyroute2 import netns
 
-from tests.libcni import REFERENCE_PLUGINS, Libcni, LibcniUnavailable, build_driver, unique
+from tests.libcni import (
+    DEFAULT_BUILD_DIR,
+    REFERENCE_PLUGINS,
+    Libcni,
+    LibcniUnavailable,
+    build_driver,
+    unique,
+)
 
-DRIVER_DIR = Path(__file__).resolve().parents[1] / "libcni" / "bin"
 NETNS_DIR = Path("/run/netns")
 
 
@@ -28,7 +34,7 @@ NETNS_DIR = Path("/run/netns")
 def libcni_driver() -> Path:
     """The built driver binary; fails (never skips) when Go or libcni is missing."""
     try:
-        return build_driver(DRIVER_DIR)
+        return build_driver(DEFAULT_BUILD_DIR)
     except LibcniUnavailable as exc:
         pytest.fail(f"libcni conformance harness unavailable: {exc}", pytrace=False)
 

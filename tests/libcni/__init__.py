@@ -28,6 +28,8 @@ from pyroute2 import IPRoute
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER_SOURCE = Path(__file__).with_name("driver.go")
+# Git-ignored; binaries are keyed by a source digest, so sessions share them safely.
+DEFAULT_BUILD_DIR = Path(__file__).with_name("bin")
 SID_ROOT = REPO / ".cache" / "sid"
 GOCODE = SID_ROOT / "usr" / "share" / "gocode"
 REFERENCE_PLUGINS = SID_ROOT / "usr" / "lib" / "cni"
