@@ -1,0 +1,75 @@
+"""The Kubernetes manifests: schema-valid, consistent with each other and with the agent.
+
+Plan: every document validates strictly against Kubernetes 1.31's schema (unknown fields are
+errors); the config map's agent config loads with the agent's own loader; its conflist is
+installed by install_cni together with a plugin zipapp that answers VERSION.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from agent.config import parse
+from agent.install_cni import build_plugin, install_conflist
+
+K8S = Path(__file__).resolve().parents[2] / "k8s"
+
+
+def documents() -> list[tuple[str, dict[str, Any]]]:
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                docs.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))
+    return docs
+
+
+@pytest.mark.parametrize(("name", "doc"), documents(), ids=[n for n, _ in documents()])
+def test_manifest_is_schema_valid(name: str, doc: dict[str, Any]) -> None:
+    kubernetes_validate.validate(doc, "1.31", strict=True)
+
+
+def config_map() -> dict[str, str]:
+    (doc,) = [d for _, d in documents() if d["kind"] == "ConfigMap"]
+    data: dict[str, str] = doc["data"]
+    return data
+
+
+def test_agent_config_in_the_config_map_loads() -> None:
+    cfg = parse(yaml.safe_load(config_map()["agent.yaml"]), env={"NODE_NAME": "n1"})
+    assert cfg.warnings == ()
+    assert cfg.etcd_endpoints == ("http://10.96.0.240:12379",)
+    assert cfg.http_host_port[1] == 9999
+
+
+def test_daemonset_probes_use_the_configured_rest_port() -> None:
+    (ds,) = [d for _, d in documents() if d["kind"] == "DaemonSet"]
+    agent = ds["spec"]["template"]["spec"]["containers"][0]
+    assert agent["livenessProbe"]["httpGet"]["port"] == 9999
+    assert ds["spec"]["template"]["spec"]["hostNetwork"] is True
+
+
+def test_install_cni_installs_a_working_plugin(tmp_path: Path) -> None:
+    source = tmp_path / "10-vswitch.conflist"
+    source.write_text(config_map()["10-vswitch.conflist"])
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "net.d").mkdir()
+    build_plugin(tmp_path / "bin" / "vswitch-cni")
+    conf = install_conflist(source, tmp_path / "net.d")
+    assert json.loads(conf.read_text())["plugins"][0]["type"] == "vswitch-cni"
+    out = subprocess.run(
+        [str(tmp_path / "bin" / "vswitch-cni")],
+        input=b'{"cniVersion": "1.1.0"}',
+        env={"CNI_COMMAND": "VERSION", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1.1.0" in json.loads(out.stdout)["supportedVersions"]
