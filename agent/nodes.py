@@ -1,0 +1,76 @@
+"""Node identity: the cluster-unique node ID, kept in etcd and reused by node name.
+
+The ID fixes the node's subnets (ipam.node_networks), so it must survive agent restarts and is
+never released when an agent stops: only an operator frees it, explicitly, once the node is gone:
+
+    python -m agent.nodes release --etcd http://10.0.0.1:2379 --node worker-3
+    python -m agent.nodes list --etcd http://10.0.0.1:2379
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from agent.errors import CniError
+from agent.store import Store
+from ipam import IPAMConfig, max_node_id
+
+
+class NodeIdentity:
+    """Claims (or finds again) this node's ID, within the bound the IPAM config allows."""
+
+    def __init__(self, store: Store, node_name: str, cfg: IPAMConfig) -> None:
+        self.store = store
+        self.node_name = node_name
+        self.cfg = cfg
+
+    def acquire(self) -> int:
+        """The node's ID: reused by name, else the smallest free one. Raises CniError."""
+        return self.store.claim_node_id(self.node_name, max_node_id(self.cfg))
+
+
+def release(store: Store, node_name: str) -> bool:
+    """Frees a removed node's ID; False if it held none."""
+    return store.release_node_id(node_name)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m agent.nodes",
+                                     description="Node IDs of vswitch-cni in etcd.")
+    parser.add_argument("command", choices=["release", "list"])
+    parser.add_argument("--etcd", action="append", required=True, metavar="URL",
+                        help="etcd endpoint, http://host:port (repeat for several)")
+    parser.add_argument("--node", help="node name (for release)")
+    parser.add_argument("--prefix", default="/vswitch-cni/", help="the agent's etcd prefix")
+    parser.add_argument("--timeout", type=float, default=2.0, help="seconds per etcd call")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "release" and not args.node:
+        print("error: release needs --node NAME", file=sys.stderr)
+        return 2
+    try:
+        store = Store(args.etcd, args.prefix, args.timeout)
+        try:
+            if args.command == "list":
+                for name, node_id in sorted(store.node_ids().items(), key=lambda kv: kv[1]):
+                    print(f"{node_id}\t{name}")
+                return 0
+            if release(store, args.node):
+                print(f"released the node ID of {args.node}")
+                return 0
+            print(f"node {args.node} holds no node ID", file=sys.stderr)
+            return 1
+        finally:
+            store.close()
+    except CniError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Real etcd servers for tests: `/usr/bin/etcd` on 127.0.0.1, free ports, temp data dirs.
+
+- `EtcdServer()`: one member. `EtcdCluster(n)`: n members forming one cluster.
+- Both are context managers; leaving the block (also by an exception) kills every member and
+  removes the data dirs. `.endpoints` lists the client URLs.
+- Fault injection: `.stop()` / `.start()` (a cluster takes a member index) keep ports and data, so
+  a restarted member is the same member.
+
+Fast elections (`--heartbeat-interval 10 --election-timeout 100`) make a member healthy in ~0.1 s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from types import TracebackType
+
+ETCD = "/usr/bin/etcd"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Member:
+    def __init__(self, name: str, root: str) -> None:
+        self.name = name
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.data_dir = os.path.join(root, name)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = os.path.join(root, f"{name}.log")
+
+    @property
+    def client_url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def start(self, initial_cluster: str, token: str) -> None:
+        if self.proc is not None:
+            return
+        argv = [
+            ETCD, "--name", self.name, "--data-dir", self.data_dir,
+            "--listen-client-urls", self.client_url, "--advertise-client-urls", self.client_url,
+            "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", initial_cluster, "--initial-cluster-token", token,
+            "--initial-cluster-state", "new",
+            "--heartbeat-interval", "10", "--election-timeout", "100",
+            "--log-level", "error",
+        ]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGKILL)  # a crash, not a clean shutdown
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.client_url}/health", timeout=0.5) as resp:
+                return b'"true"' in resp.read()
+        except OSError:
+            return False
+
+
+class EtcdCluster:
+    """n etcd members on loopback; a context manager that always cleans up."""
+
+    def __init__(self, n: int = 3) -> None:
+        self._root = tempfile.mkdtemp(prefix=f"etcd-{os.getpid()}-")
+        self._token = os.path.basename(self._root)
+        self.members = [_Member(f"m{i}", self._root) for i in range(n)]
+        self._initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.client_url for m in self.members]
+
+    def start(self, index: int | None = None, wait: float = 20.0) -> None:
+        """Starts one member (or all) and waits until it (they) report healthy."""
+        chosen = self.members if index is None else [self.members[index]]
+        for member in chosen:
+            member.start(self._initial, self._token)
+        deadline = time.monotonic() + wait
+        while not all(m.healthy() for m in chosen):
+            for member in chosen:
+                if member.proc is not None and member.proc.poll() is not None:
+                    raise RuntimeError(f"etcd {member.name} exited: {self._log(member)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"etcd not healthy after {wait}s: {self._log(chosen[0])}")
+            time.sleep(0.05)
+
+    def stop(self, index: int | None = None) -> None:
+        for member in self.members if index is None else [self.members[index]]:
+            member.stop()
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def _log(self, member: _Member) -> str:
+        try:
+            with open(member.log_path, encoding="utf-8", errors="replace") as log:
+                return log.read()[-2000:]
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> EtcdCluster:
+        for attempt in range(3):
+            try:
+                self.start()
+                return self
+            except RuntimeError:
+                # most likely a port taken between free_port() and etcd's bind: new ports
+                self.stop()
+                if attempt == 2:
+                    self.close()
+                    raise
+                self._renew()
+            except BaseException:
+                self.close()
+                raise
+        raise AssertionError("unreachable")
+
+    def _renew(self) -> None:
+        for member in self.members:
+            shutil.rmtree(member.data_dir, ignore_errors=True)
+        self.members = [_Member(m.name, self._root) for m in self.members]
+        self._initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class EtcdServer(EtcdCluster):
+    """A single-member etcd."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+    def __enter__(self) -> EtcdServer:
+        super().__enter__()
+        return self

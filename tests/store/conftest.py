@@ -1,0 +1,47 @@
+"""Fixtures for the store tests: real etcd on loopback, always stopped and removed again.
+
+The repository root is put on sys.path so that `tests.helpers` imports under a plain `pytest`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from agent.store import Store  # noqa: E402
+from tests.helpers.etcd import EtcdCluster, EtcdServer  # noqa: E402
+
+
+@pytest.fixture
+def etcd() -> Iterator[EtcdServer]:
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster3() -> Iterator[EtcdCluster]:
+    with EtcdCluster(3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A fresh key prefix, so tests sharing a cluster never see each other's keys."""
+    return f"/t{os.getpid()}-{secrets.token_hex(4)}/"
+
+
+@pytest.fixture
+def store(etcd: EtcdServer, prefix: str) -> Iterator[Store]:
+    s = Store(etcd.endpoints, prefix)
+    try:
+        yield s
+    finally:
+        s.close()

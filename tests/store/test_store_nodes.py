@@ -1,0 +1,126 @@
+"""Node IDs in etcd.
+
+Test plan: 50 agents racing on a 3-member cluster get distinct IDs 1..50; a restarted agent (same
+name, new client; also after an etcd restart) gets its old ID; the bound from the IPAM config is
+enforced with a clear error; an explicit release frees the ID for the next node (also through the
+CLI); a cluster with one member down still serves.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from agent.errors import InvalidConfig
+from agent.nodes import NodeIdentity, release
+from agent.store import Store
+from ipam import IPAMConfig
+from tests.helpers.etcd import EtcdCluster, EtcdServer
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_fifty_racing_agents_get_distinct_ids(cluster3: EtcdCluster, prefix: str) -> None:
+    n = 50
+    barrier = threading.Barrier(n)
+    results: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def agent(i: int) -> None:
+        store = Store(cluster3.endpoints[i % 3:] + cluster3.endpoints[:i % 3], prefix)
+        try:
+            barrier.wait()
+            results[f"node-{i}"] = store.claim_node_id(f"node-{i}", 254)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(results.values()) == list(range(1, n + 1))
+    check = Store(cluster3.endpoints, prefix)
+    try:
+        assert check.node_ids() == results
+    finally:
+        check.close()
+
+
+def test_restarted_agent_gets_its_old_id(etcd: EtcdServer, prefix: str) -> None:
+    cfg = IPAMConfig()
+    first = Store(etcd.endpoints, prefix)
+    try:
+        assert NodeIdentity(first, "alpha", cfg).acquire() == 1
+        assert NodeIdentity(first, "beta", cfg).acquire() == 2
+    finally:
+        first.close()
+    etcd.stop()
+    etcd.start()
+    again = Store(etcd.endpoints, prefix)
+    try:
+        assert NodeIdentity(again, "beta", cfg).acquire() == 2
+        assert NodeIdentity(again, "alpha", cfg).acquire() == 1
+    finally:
+        again.close()
+
+
+def test_bound_from_config_is_enforced(store: Store) -> None:
+    assert store.claim_node_id("a", 2) == 1
+    assert store.claim_node_id("b", 2) == 2
+    with pytest.raises(InvalidConfig, match="all 2 IDs"):
+        store.claim_node_id("c", 2)
+    with pytest.raises(InvalidConfig, match="above the 1"):
+        store.claim_node_id("b", 1)  # the config shrank under an existing node
+    with pytest.raises(InvalidConfig, match="node name"):
+        store.claim_node_id("", 2)
+
+
+def test_release_frees_the_smallest_id(store: Store) -> None:
+    for name in ("a", "b", "c"):
+        store.claim_node_id(name, 10)
+    assert release(store, "b")
+    assert not release(store, "b")
+    assert store.node_ids() == {"a": 1, "c": 3}
+    assert store.claim_node_id("d", 10) == 2
+
+
+def test_names_with_slashes_stay_separate(store: Store) -> None:
+    assert store.claim_node_id("rack/1", 10) == 1
+    assert store.claim_node_id("rack", 10) == 2
+    assert store.node_ids() == {"rack/1": 1, "rack": 2}
+
+
+def test_cli_lists_and_releases(store: Store, etcd: EtcdServer) -> None:
+    store.claim_node_id("gone", 10)
+    base = [sys.executable, "-m", "agent.nodes"]
+    opts = ["--etcd", etcd.endpoints[0], "--prefix", store.prefix]
+    env = dict(os.environ, PYTHONPATH=_ROOT)
+    listed = subprocess.run([*base, "list", *opts], capture_output=True, text=True, env=env,
+                            check=True)
+    assert listed.stdout.split() == ["1", "gone"]
+    done = subprocess.run([*base, "release", *opts, "--node", "gone"], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert store.node_ids() == {}
+    again = subprocess.run([*base, "release", *opts, "--node", "gone"], capture_output=True,
+                           text=True, env=env)
+    assert again.returncode == 1 and "no node ID" in again.stderr
+
+
+def test_one_member_down_still_serves(cluster3: EtcdCluster, prefix: str) -> None:
+    store = Store(cluster3.endpoints, prefix)
+    try:
+        cluster3.stop(0)
+        for i in range(5):
+            assert store.claim_node_id(f"n{i}", 100) == i + 1
+    finally:
+        store.close()
+        cluster3.start(0)
