@@ -1,22 +1,16 @@
 """Fixtures for the dataplane tests: real namespaces, created per test and always removed.
 
-The tests import `tests.helpers`; the repository root is put on sys.path here so that a plain
-`pytest` run finds it too (the editable install maps only the product packages).
+`node_ns` puts the test thread inside a fresh node namespace for the whole test: the kernel driver
+works in the namespace of its calling thread, so it never touches the machine's own routing.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from tests.helpers.netns import entered, named_netns  # noqa: E402
+from tests.helpers.netns import entered, named_netns
 
 
 @pytest.fixture
