@@ -1,0 +1,101 @@
+"""The verbs: forward ADD/DEL/CHECK/GC/STATUS to the agent and translate its answer.
+
+This is the one place where gRPC outcomes become CNI errors:
+- a reply message with `result` != 0 is the agent's CNI error, passed through as is (the agent
+  sends it together with a non-OK gRPC status, which is what an old Contiv client looks at);
+- a bare status: UNAVAILABLE/DEADLINE_EXCEEDED -> 11 (try again later), others -> 999;
+- an unreachable agent -> 11 for ADD/CHECK/GC, 50 (not ready) for STATUS, and for DEL best effort:
+  we log what could not be done and succeed, so a pod never sticks in Terminating (the agent
+  reconciles its pod records and releases the leftovers later).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from cni_client import __version__, grpc_unix, protowire
+from cni_client.errors import INTERNAL, NOT_READY, TRY_AGAIN_LATER, PluginError
+from cni_client.result import render
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from cni_client.config import Invocation
+    from cni_client.log import Log
+    from cni_client.protowire import CNIReply, CNIRequest
+
+METHODS = {
+    "ADD": "/cni.RemoteCNI/Add",
+    "DEL": "/cni.RemoteCNI/Delete",
+    "CHECK": "/cni.RemoteCNI/Check",
+    "GC": "/cni.RemoteCNI/GC",
+    "STATUS": "/cni.RemoteCNI/Status",
+}
+_TRANSIENT = (grpc_unix.UNAVAILABLE, grpc_unix.DEADLINE_EXCEEDED)
+
+
+def build_request(inv: Invocation, deadline: float, env: Mapping[str, str]) -> CNIRequest:
+    runtime_config = inv.config.get("runtimeConfig")
+    remaining_ms = int((deadline - time.monotonic()) * 1000)
+    return {
+        "version": inv.cni_version,
+        "container_id": inv.container_id,
+        "network_namespace": inv.netns,
+        "interface_name": inv.ifname,
+        "extra_nw_config": inv.stdin,
+        "extra_arguments": inv.args,
+        "runtime_config": json.dumps(runtime_config) if runtime_config is not None else "",
+        "pod_uid": inv.pod_uid,
+        "deadline_ms": min(max(remaining_ms, 1), 0xFFFFFFFF),
+        "traceparent": env.get("TRACEPARENT", ""),
+        "tracestate": env.get("TRACESTATE", ""),
+        "cni_path": inv.cni_path,
+    }
+
+
+def run(inv: Invocation, env: Mapping[str, str], log: Log) -> dict[str, object] | None:
+    """Execute one verb; the CNI result for ADD, None for the verbs that print nothing."""
+    deadline = time.monotonic() + inv.timeout
+    request = protowire.encode_cni_request(build_request(inv, deadline, env))
+    log.debug(f"calling {METHODS[inv.command]} on {inv.socket} (timeout {inv.timeout:g}s)")
+    call = grpc_unix.unary_call(inv.socket, METHODS[inv.command], request, deadline,
+                                user_agent=f"vswitch-cni/{__version__}")
+    reply = _decode_reply(call)
+    if reply is not None and reply["result"] != 0:
+        raise PluginError(reply["result"], reply["error"] or "agent reported a failure",
+                          reply["error_details"])
+    if call.status != grpc_unix.OK:
+        if inv.command == "DEL" and reply is None and call.status in _TRANSIENT:
+            log.warning(f"agent unreachable, DEL of {inv.container_id}/{inv.ifname} not done "
+                        f"now ({call.message}); the agent releases it when it reconciles")
+            return None
+        raise status_error(inv.command, call)
+    if reply is None:
+        raise PluginError(INTERNAL, "agent answered OK without a reply message")
+    log.info(f"{inv.command} done")
+    if inv.command != "ADD":
+        return None
+    prev = inv.config.get("prevResult")
+    return render(reply, inv.cni_version, prev if isinstance(prev, dict) else None)
+
+
+def _decode_reply(call: grpc_unix.CallResult) -> CNIReply | None:
+    if call.payload is None:
+        return None
+    try:
+        return protowire.decode_cni_reply(call.payload)
+    except protowire.ProtoDecodeError as exc:
+        raise PluginError(INTERNAL, "cannot decode the agent's reply", str(exc)) from exc
+
+
+def status_error(command: str, call: grpc_unix.CallResult) -> PluginError:
+    """The CNI error for a call that ended with a non-OK status and no CNI error of its own."""
+    if call.status in _TRANSIENT or call.transport_error:
+        if command == "STATUS":
+            return PluginError(NOT_READY, "vswitch agent is not reachable", call.message)
+        return PluginError(TRY_AGAIN_LATER, "vswitch agent is not reachable; try again later",
+                           call.message)
+    return PluginError(INTERNAL, call.message or f"agent call failed with gRPC status "
+                       f"{call.status}", f"gRPC status {call.status}")
