@@ -16,7 +16,7 @@ import pytest
 from agent import podside
 from agent.dataplane.kernel import KernelDataplane
 from tests.dataplane.pods import Subnets, started_driver, wire
-from tests.helpers.netns import named_netns, ping, process_netns, run_in
+from tests.helpers.netns import named_netns, ping, process_netns, run_in, unique
 
 
 @pytest.fixture
@@ -110,8 +110,9 @@ def test_start_is_idempotent_and_ready(node_ns: str, dp: KernelDataplane) -> Non
     assert dp.ready()
     addrs = run_in(node_ns, "ip", "addr", "show", dp.gateway_ifname).stdout
     assert all(str(gw) in addrs for gw in dp.gateways)
-    with open("/proc/sys/net/ipv4/ip_forward") as knob:
-        assert knob.read().strip() == "1"
+    for knob in ("/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"):
+        with open(knob) as value:
+            assert value.read().strip() == "1", knob
 
 
 def test_podside_remove_is_idempotent(node_ns: str, dp: KernelDataplane, subnets: Subnets) -> None:
@@ -124,3 +125,13 @@ def test_podside_remove_is_idempotent(node_ns: str, dp: KernelDataplane, subnets
         assert str(pod.addresses[0].ip) not in shown and "state DOWN" in shown
         assert "default" not in run_in(ns, "ip", "route").stdout
     podside.remove(pod)  # the namespace is gone: still success
+
+
+def test_forwarding_only_for_the_families_routed(node_ns: str, subnets: Subnets) -> None:
+    dp = KernelDataplane(subnets.gateways()[:1], mtu=1500, gateway_ifname=unique("gw"))
+    dp.start()
+    with (
+        open("/proc/sys/net/ipv4/ip_forward") as v4,
+        open("/proc/sys/net/ipv6/conf/all/forwarding") as v6,
+    ):
+        assert (v4.read().strip(), v6.read().strip()) == ("1", "0")
