@@ -1,0 +1,16 @@
+"""The VPP dataplane driver: pods wired into FD.io VPP through vpp-papi (see docs/vpp.md).
+
+    config.py         VppConfig (validated) and vpp_config(agent config, node networks)
+    api.py            the one vpp-papi call helper: retvals and connection loss -> CniErrors
+    interfaces.py, afpacket.py, tap.py, ip.py, neighbors.py   VPP features, one module each
+    names.py          deterministic names, MACs and owner tags
+    modes.py          the wiring-mode interface; veth_afpacket.py and tapv2.py implement it
+    hostlink.py       the Linux side of the VPP-host interconnect
+    base.py           the idempotent base configuration (VRFs, gateway, drop routes, host link)
+    driver.py         VppDataplane
+"""
+
+from agent.dataplane.vpp.config import VppConfig, vpp_config
+from agent.dataplane.vpp.driver import VppDataplane
+
+__all__ = ["VppConfig", "VppDataplane", "vpp_config"]

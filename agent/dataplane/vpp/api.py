@@ -1,0 +1,198 @@
+"""The one place the driver talks to vpp-papi: connection, calls, retvals, errors.
+
+`VppApi.call(name, **fields)` sends one request and returns its reply; a non-zero `retval`
+becomes `DataplaneFailure` naming the message, the retval and its meaning (vnet/error.h).
+`VppApi.dump(name, **fields)` returns the details of a dump. A VPP that cannot be reached, or a
+connection that breaks, becomes `TryAgainLater`: the connection is dropped and the next call
+connects again (so the agent recovers by itself when VPP comes back). A message the running VPP
+does not have, or a field VPP's schema refuses, is a `DataplaneFailure` too (version mismatch).
+
+vpp-papi's client is not safe for concurrent requests (a reply read by the wrong caller is
+queued away and lost), so calls are serialized with a lock; each call is short.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from vpp_papi import VPPApiClient
+
+from agent.errors import DataplaneFailure, TryAgainLater
+
+log = logging.getLogger(__name__)
+
+# vnet/error.h: the retvals the driver can meet, with VPP's own wording.
+RETVALS: dict[int, str] = {
+    -1: "unspecified error",
+    -2: "invalid sw_if_index",
+    -3: "no such FIB / VRF",
+    -4: "no such inner FIB / VRF",
+    -6: "no such entry",
+    -7: "invalid value",
+    -8: "invalid value #2",
+    -9: "unimplemented",
+    -10: "invalid sw_if_index #2",
+    -11: "system call error #1",
+    -12: "system call error #2",
+    -13: "system call error #3",
+    -54: "no matching interface",
+    -60: "address not found for interface",
+    -63: "no such graph node",
+    -65: "no such table",
+    -68: "subinterface already exists",
+    -71: "invalid interface",
+    -73: "invalid argument",
+    -79: "interface already exists",
+    -81: "value already exists",
+    -114: "address found for interface",
+    -116: "entry already exists",
+    -127: "address already present on another interface",
+    -145: "netlink error",
+}
+NO_SUCH_ENTRY = -6
+
+
+def meaning(retval: int) -> str:
+    return RETVALS.get(retval, "unknown VPP error")
+
+
+class VppCallFailed(DataplaneFailure):
+    """VPP answered a request with a non-zero retval."""
+
+    def __init__(self, message: str, retval: int, context: str = "") -> None:
+        details = f"retval {retval} ({meaning(retval)})"
+        if context:
+            details = f"{details}; {context}"
+        super().__init__(f"VPP refused {message}", details)
+        self.message = message
+        self.retval = retval
+
+
+class VppApi:
+    """A reconnecting, serialized vpp-papi connection."""
+
+    def __init__(
+        self,
+        socket_path: str,
+        api_dir: str | None,
+        connect_timeout: float,
+        request_timeout: float,
+        client_name: str,
+    ) -> None:
+        self.socket_path = socket_path
+        self.api_dir = api_dir
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.client_name = client_name
+        self.generation = 0  # +1 per successful connect: a new VPP may have lost our state
+        self._client: Any = None
+        self._connected = False
+        self._lock = threading.RLock()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    def connect(self) -> None:
+        """Connects if not connected; TryAgainLater when VPP is not there."""
+        with self._lock:
+            if self._connected:
+                return
+            client = self._make_client()
+            # The transport uses one timeout for connect and reads: short while connecting.
+            client.transport.read_timeout = self.connect_timeout
+            try:
+                client.connect(self.client_name)
+            except Exception as exc:  # vpp-papi raises OSErrors and bare Exceptions here
+                self._teardown(client)
+                raise TryAgainLater(
+                    f"VPP is not reachable at {self.socket_path}", f"{type(exc).__name__}: {exc}"
+                ) from exc
+            client.transport.read_timeout = self.request_timeout
+            self._connected = True
+            self.generation += 1
+            log.info("connected to VPP at %s", self.socket_path)
+
+    def _make_client(self) -> Any:
+        if self._client is None:
+            try:
+                if self.api_dir:
+                    self._client = VPPApiClient(
+                        apidir=[self.api_dir],
+                        server_address=self.socket_path,
+                        read_timeout=self.request_timeout,
+                    )
+                else:
+                    self._client = VPPApiClient(
+                        bootstrapapi=True,
+                        server_address=self.socket_path,
+                        read_timeout=self.request_timeout,
+                    )
+            except Exception as exc:  # vpp-papi raises bare Exceptions for bad definitions
+                raise DataplaneFailure(
+                    f"cannot load VPP API definitions from {self.api_dir}", str(exc)
+                ) from exc
+        return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None and self._connected:
+                self._connected = False
+                try:
+                    self._client.disconnect()
+                except Exception:  # VPP may be gone already; nothing to release then
+                    self._teardown(self._client)
+
+    def _teardown(self, client: Any) -> None:
+        """Drops a broken connection without waiting for a VPP that will not answer."""
+        self._connected = False
+        # vpp-papi's disconnect first sends sockclnt_delete and waits for its reply; marking
+        # the transport disconnected makes that send fail at once instead of timing out.
+        client.transport.connected = False
+        try:
+            client.disconnect()
+        except Exception as exc:
+            log.debug("VPP disconnect after failure: %s", exc)
+
+    def _function(self, name: str) -> Any:
+        self.connect()
+        func = getattr(self._client.api, name, None)
+        if func is None:
+            raise DataplaneFailure(
+                f"the running VPP has no API message {name}",
+                "VPP version or plugin set differs from what the agent needs",
+            )
+        return func
+
+    def has(self, name: str) -> bool:
+        """Whether the running VPP knows message `name` (e.g. tap_create_v3)."""
+        with self._lock:
+            self.connect()
+            return getattr(self._client.api, name, None) is not None
+
+    def _invoke(self, name: str, fields: dict[str, Any]) -> Any:
+        with self._lock:
+            func = self._function(name)
+            try:
+                return func(**fields)
+            except OSError as exc:  # vpp-papi's IO errors (broken socket, no reply) are OSErrors
+                self._teardown(self._client)
+                raise TryAgainLater(f"lost the connection to VPP during {name}", str(exc)) from exc
+            except (ValueError, TypeError, KeyError) as exc:
+                raise DataplaneFailure(
+                    f"VPP's schema refuses the {name} request", str(exc)
+                ) from exc
+
+    def call(self, name: str, context: str = "", **fields: Any) -> Any:
+        """Sends request `name`; returns the reply; non-zero retval -> VppCallFailed."""
+        reply = self._invoke(name, fields)
+        retval = int(getattr(reply, "retval", 0))
+        if retval != 0:
+            raise VppCallFailed(name, retval, context)
+        return reply
+
+    def dump(self, name: str, **fields: Any) -> list[Any]:
+        """Sends dump request `name`; returns its details messages."""
+        return list(self._invoke(name, fields))

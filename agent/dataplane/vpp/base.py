@@ -1,0 +1,124 @@
+"""VPP's base configuration for pods, made idempotent: start() may run any number of times.
+
+- the pod VRF (and the main VRF when it is not table 0), per address family in use;
+- the pod gateway: a loopback in the pod VRF holding each gateway address as a host prefix
+  (/32, /128). Pod interfaces are unnumbered to it. A host prefix rather than the subnet's, so
+  that no connected subnet route (which would ARP for absent pods) outranks ours;
+- a drop route for each node pod subnet in the pod VRF: traffic to an address with no pod dies
+  in VPP instead of looping towards the host;
+- the VPP-host interconnect when configured (veth + AF_PACKET, or a TAP): VPP's end in the main
+  VRF with its address, the pod subnets routed from the main VRF into the pod VRF, a default
+  route from the pod VRF back to the main one, and on Linux a route to the pod subnets via VPP.
+
+Objects are found again by their tags (names.GATEWAY_TAG, names.HOST_TAG).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from agent.dataplane.vpp import afpacket, hostlink, interfaces, ip, names, tap
+from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.config import VppConfig
+from agent.model import IPInterface
+
+
+@dataclass(frozen=True)
+class BaseObjects:
+    gateway_sw_if_index: int
+    host_sw_if_index: int | None
+
+
+def _families(cfg: VppConfig) -> list[bool]:
+    """is_ip6 values of the families pods use."""
+    return sorted({g.version == 6 for g in cfg.pod_gateways})
+
+
+def ensure_tables(api: VppApi, cfg: VppConfig) -> None:
+    existing = ip.tables(api)
+    for ipv6 in _families(cfg):
+        if (cfg.pod_vrf_id, ipv6) not in existing:
+            ip.add_table(api, cfg.pod_vrf_id, ipv6, "vswitch-cni-pods")
+        if cfg.main_vrf_id != 0 and (cfg.main_vrf_id, ipv6) not in existing:
+            ip.add_table(api, cfg.main_vrf_id, ipv6, "vswitch-cni-main")
+
+
+def _bind(api: VppApi, sw_if_index: int, vrf_id: int, addrs: list[IPInterface]) -> None:
+    """Table first (VPP refuses a table change on an addressed interface), then addresses."""
+    present = set(interfaces.addresses(api, sw_if_index))
+    for ipv6 in sorted({a.version == 6 for a in addrs}):
+        if interfaces.get_table(api, sw_if_index, ipv6) != vrf_id:
+            interfaces.set_table(api, sw_if_index, vrf_id, ipv6)
+    for addr in addrs:
+        if addr not in present:
+            interfaces.add_address(api, sw_if_index, addr)
+
+
+def ensure_gateway(api: VppApi, cfg: VppConfig) -> int:
+    found = interfaces.by_tag(api, names.GATEWAY_TAG)
+    if found:
+        sw_if_index = found[0].sw_if_index
+    else:
+        sw_if_index = interfaces.create_loopback(api, names.base_mac("pod-gateway"))
+        interfaces.set_tag(api, sw_if_index, names.GATEWAY_TAG)
+    host_prefixes = [
+        ipaddress.ip_interface(f"{g.ip}/{g.max_prefixlen}") for g in cfg.pod_gateways
+    ]
+    _bind(api, sw_if_index, cfg.pod_vrf_id, host_prefixes)
+    interfaces.set_admin_up(api, sw_if_index)
+    return sw_if_index
+
+
+def ensure_pod_routes(api: VppApi, cfg: VppConfig) -> None:
+    for subnet in cfg.pod_subnets:
+        current = ip.routes(api, cfg.pod_vrf_id, subnet.version == 6).get(subnet)
+        if current is None or current.types != (ip.PATH_DROP,):
+            ip.add_route(api, cfg.pod_vrf_id, subnet, ip.drop(subnet))
+
+
+def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
+    if cfg.vpp_host_ip is None or cfg.host_linux_ip is None:
+        return None
+    found = interfaces.by_tag(api, names.HOST_TAG)
+    if found:
+        sw_if_index = found[0].sw_if_index
+    elif cfg.use_tap:
+        sw_if_index = _host_tap(api, cfg)
+    else:
+        hostlink.ensure_veth_pair(cfg.host_ifname, cfg.host_vpp_ifname, cfg.mtu, names.HOST_TAG)
+        sw_if_index = afpacket.create(api, cfg.host_vpp_ifname, names.base_mac("host-vpp"))
+    interfaces.set_tag(api, sw_if_index, names.HOST_TAG)
+    _bind(api, sw_if_index, cfg.main_vrf_id, [cfg.vpp_host_ip])
+    interfaces.set_mtu(api, sw_if_index, cfg.mtu)
+    interfaces.set_admin_up(api, sw_if_index)
+    _cross_vrf_routes(api, cfg)
+    hostlink.ensure_address_and_routes(
+        cfg.host_ifname, cfg.host_linux_ip, cfg.vpp_host_ip, [str(s) for s in cfg.pod_subnets]
+    )
+    return sw_if_index
+
+
+def _host_tap(api: VppApi, cfg: VppConfig) -> int:
+    req = tap.TapRequest(
+        vpp_mac=names.base_mac("host-vpp"), host_ifname=cfg.host_ifname, host_netns="",
+        host_mac=names.base_mac("host-linux"), host_mtu=cfg.mtu, rx_ring=cfg.tap_rx_ring_size,
+        tx_ring=cfg.tap_tx_ring_size, tag=names.HOST_TAG,
+    )
+    return tap.create(api, req)
+
+
+def _cross_vrf_routes(api: VppApi, cfg: VppConfig) -> None:
+    if cfg.main_vrf_id == cfg.pod_vrf_id:
+        return
+    for subnet in cfg.pod_subnets:
+        ip.add_route(api, cfg.main_vrf_id, subnet, ip.via_table(subnet, cfg.pod_vrf_id))
+        default = ipaddress.ip_network("::/0" if subnet.version == 6 else "0.0.0.0/0")
+        ip.add_route(api, cfg.pod_vrf_id, default, ip.via_table(default, cfg.main_vrf_id))
+
+
+def ensure_base(api: VppApi, cfg: VppConfig) -> BaseObjects:
+    ensure_tables(api, cfg)
+    gateway = ensure_gateway(api, cfg)
+    ensure_pod_routes(api, cfg)
+    return BaseObjects(gateway, ensure_host_link(api, cfg))

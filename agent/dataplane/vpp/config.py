@@ -1,0 +1,110 @@
+"""The VPP driver's configuration: one typed, validated object built once at agent start."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agent.errors import InvalidConfig
+from agent.model import IPInterface
+
+if TYPE_CHECKING:
+    from agent.config import AgentConfig
+    from ipam import NodeNetworks
+
+IFNAMSIZ = 15  # longest Linux interface name
+
+
+@dataclass(frozen=True)
+class VppConfig:
+    """How the driver reaches VPP and wires pods (Contiv's names in the comments)."""
+
+    api_socket: str = "/run/vpp/api.sock"
+    api_dir: str | None = None  # None: fetch the definitions from the running VPP
+    use_tap: bool = False  # UseTAPInterfaces; False = veth + AF_PACKET
+    tap_version: int = 2  # TAPInterfaceVersion (only 2 exists in current VPP)
+    tap_rx_ring_size: int = 256  # TAPv2RxRingSize
+    tap_tx_ring_size: int = 256  # TAPv2TxRingSize
+    mtu: int = 1450  # MTUSize
+    main_vrf_id: int = 0  # MainVRFID
+    pod_vrf_id: int = 1  # PodVRFID
+    pod_gateways: tuple[IPInterface, ...] = ()  # node pod subnets' gateways, e.g. 10.1.1.1/24
+    vpp_host_ip: IPInterface | None = None  # VPP end of the VPP-host link; None = no link
+    host_linux_ip: IPInterface | None = None  # Linux end of the VPP-host link
+    host_ifname: str = "vpp1"  # Linux end's name (Contiv's)
+    host_vpp_ifname: str = "vpp2"  # veth mode: the end VPP binds AF_PACKET to
+    connect_timeout: float = 2.0  # seconds to connect (VPP down -> fast TryAgainLater)
+    request_timeout: float = 5.0  # seconds for one reply
+    client_name: str = "vswitch-agent"
+    vhost_net_path: str = "/dev/vhost-net"  # what VPP's TAP driver opens
+
+    def __post_init__(self) -> None:
+        self._check_ranges()
+        self._check_addresses()
+        for key in ("host_ifname", "host_vpp_ifname"):
+            name = getattr(self, key)
+            if not name or len(name) > IFNAMSIZ or "/" in name:
+                raise InvalidConfig(f"VPP config {key}={name!r}: not a valid interface name")
+
+    def _check_ranges(self) -> None:
+        if not self.api_socket.startswith("/"):
+            raise InvalidConfig(f"VPP config api_socket={self.api_socket!r}: must be absolute")
+        if self.tap_version != 2:
+            raise InvalidConfig(
+                f"VPP config tap_version={self.tap_version}: only TAP v2 exists in current VPP"
+            )
+        for key in ("tap_rx_ring_size", "tap_tx_ring_size"):
+            size = getattr(self, key)
+            if size < 16 or size > 32768 or size & (size - 1):
+                raise InvalidConfig(f"VPP config {key}={size}: must be a power of 2, 16..32768")
+        if not 576 <= self.mtu <= 9216:
+            raise InvalidConfig(f"VPP config mtu={self.mtu}: must be 576..9216")
+        for key in ("main_vrf_id", "pod_vrf_id"):
+            if not 0 <= getattr(self, key) < 0xFFFFFFFF:
+                raise InvalidConfig(f"VPP config {key}={getattr(self, key)}: not a table ID")
+        if self.connect_timeout <= 0 or self.request_timeout <= 0:
+            raise InvalidConfig("VPP config connect_timeout/request_timeout: must be > 0")
+
+    def _check_addresses(self) -> None:
+        if not self.pod_gateways:
+            raise InvalidConfig("VPP config pod_gateways: at least one pod gateway is needed")
+        families = [g.version for g in self.pod_gateways]
+        if len(set(families)) != len(families):
+            raise InvalidConfig(f"VPP config pod_gateways={self.pod_gateways}: one per family")
+        if (self.vpp_host_ip is None) != (self.host_linux_ip is None):
+            raise InvalidConfig("VPP config vpp_host_ip/host_linux_ip: give both or neither")
+        if self.vpp_host_ip is not None and self.host_linux_ip is not None:
+            if self.vpp_host_ip.network != self.host_linux_ip.network:
+                raise InvalidConfig(
+                    f"VPP config vpp_host_ip={self.vpp_host_ip} and host_linux_ip="
+                    f"{self.host_linux_ip}: must be in one subnet"
+                )
+            if self.vpp_host_ip.ip == self.host_linux_ip.ip:
+                raise InvalidConfig("VPP config vpp_host_ip/host_linux_ip: must differ")
+
+    @property
+    def pod_subnets(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(g.network for g in self.pod_gateways)
+
+
+def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
+    """The driver's config from the agent's config and this node's networks."""
+    gateways = tuple(
+        ipaddress.ip_interface(f"{gw}/{subnet.prefixlen}")
+        for gw, subnet in zip(networks.gateways, networks.pod_subnets, strict=True)
+    )
+    return VppConfig(
+        api_socket=cfg.vpp_api_socket,
+        api_dir=cfg.vpp_api_dir or None,
+        use_tap=cfg.use_tap_interfaces,
+        tap_version=cfg.tap_interface_version,
+        tap_rx_ring_size=cfg.tapv2_rx_ring_size,
+        tap_tx_ring_size=cfg.tapv2_tx_ring_size,
+        mtu=cfg.mtu,
+        main_vrf_id=cfg.main_vrf_id,
+        pod_vrf_id=cfg.pod_vrf_id,
+        pod_gateways=gateways,
+        vpp_host_ip=networks.vpp_host_ip,
+        host_linux_ip=networks.host_linux_ip,
+    )

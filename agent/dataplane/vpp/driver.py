@@ -1,0 +1,191 @@
+"""VppDataplane: pods wired into FD.io VPP (the `Dataplane` protocol of agent/dataplane).
+
+Per pod: the mode's link (veth + AF_PACKET or TAP v2) and VPP's interface for it, tagged with
+its owner, in the pod VRF, unnumbered to the gateway loopback, MTU set, up; a host route
+(/32, /128) to each pod address via the interface and a static neighbor pod IP -> pod MAC. The
+pod's gateway MAC is VPP's interface MAC. Each step goes on the undo stack.
+
+Connection: VPP down -> TryAgainLater at once; the next call connects again, and a new
+connection re-applies the base configuration (a restarted VPP has lost it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+
+from agent.dataplane import UndoStack
+from agent.dataplane.vpp import base, interfaces, ip, names, neighbors
+from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.config import VppConfig
+from agent.dataplane.vpp.modes import Port, WiringMode
+from agent.dataplane.vpp.tapv2 import TapV2
+from agent.dataplane.vpp.veth_afpacket import VethAfPacket
+from agent.errors import CniError
+from agent.model import IPAddress, PodNetwork, Wiring
+
+log = logging.getLogger(__name__)
+
+
+class VppDataplane:
+    name = "vpp"
+
+    def __init__(self, config: VppConfig) -> None:
+        self.cfg = config
+        self.api = VppApi(config.api_socket, config.api_dir, config.connect_timeout,
+                          config.request_timeout, config.client_name)
+        self.mode: WiringMode = (
+            TapV2(self.api, config.mtu, config.tap_rx_ring_size, config.tap_tx_ring_size,
+                  config.vhost_net_path)
+            if config.use_tap else VethAfPacket(self.api, config.mtu)
+        )
+        self._base: base.BaseObjects | None = None
+        self._base_generation = -1
+        self._base_lock = threading.Lock()
+
+    # --- connection and base configuration ------------------------------------------------
+    def start(self) -> None:
+        self.mode.check_usable()
+        self._ensure()
+
+    def _ensure(self) -> base.BaseObjects:
+        """Connected, with the base configuration applied on this connection's VPP."""
+        with self._base_lock:
+            self.api.connect()
+            if self._base is None or self._base_generation != self.api.generation:
+                generation = self.api.generation
+                self._base = base.ensure_base(self.api, self.cfg)
+                self._base_generation = generation
+                log.info("VPP base configuration in place (gateway sw_if_index %d)",
+                         self._base.gateway_sw_if_index)
+            return self._base
+
+    def ready(self) -> bool:
+        try:
+            self._ensure()
+        except CniError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.api.close()
+
+    # --- pods -----------------------------------------------------------------------------
+    def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:
+        objs = self._ensure()
+        self.mode.check_usable()
+        tag = names.pod_tag(pod.key)
+        self._remove_leftovers(pod, tag)
+        port = self.mode.create(pod, tag, undo)
+        self._configure(pod, port, objs.gateway_sw_if_index, undo)
+        return Wiring(
+            host_ifname=port.host_ifname,
+            pod_mac=port.pod_mac,
+            gateway_mac=port.vpp_mac,
+            extra={"sw_if_index": str(port.sw_if_index), "mode": self.mode.name, "tag": tag},
+        )
+
+    def _remove_leftovers(self, pod: PodNetwork, tag: str) -> None:
+        """A failed or repeated ADD may have left the pod's objects: start clean."""
+        for itf in interfaces.by_tag(self.api, tag):
+            log.info("removing leftover VPP interface %s of %s", itf.name, pod.key)
+            self._unwire(pod, itf.sw_if_index)
+        self.mode.remove(pod, None)
+
+    def _configure(self, pod: PodNetwork, port: Port, gateway: int, undo: UndoStack) -> None:
+        sw = port.sw_if_index
+        for ipv6 in sorted({a.version == 6 for a in pod.addresses}):
+            interfaces.set_table(self.api, sw, self.cfg.pod_vrf_id, ipv6)
+        interfaces.set_unnumbered(self.api, sw, gateway)
+        interfaces.set_mtu(self.api, sw, pod.mtu or self.cfg.mtu)
+        interfaces.set_admin_up(self.api, sw)
+        for addr in pod.addresses:
+            self._add_pod_address(sw, addr.ip, port.pod_mac, undo)
+
+    def _add_pod_address(self, sw: int, addr: IPAddress, mac: str, undo: UndoStack) -> None:
+        """A static neighbor and a host route for one pod address."""
+        vrf = self.cfg.pod_vrf_id
+        neighbors.add(self.api, sw, addr, mac)
+        undo.push(f"delete neighbor {addr}", lambda: neighbors.delete(self.api, sw, addr, mac))
+        host = ipaddress.ip_network(addr)  # /32 or /128
+        ip.add_route(self.api, vrf, host, ip.via_interface(host, sw))
+        undo.push(f"delete route {host}", lambda: ip.delete_route(self.api, vrf, host))
+
+    def _unwire(self, pod: PodNetwork, sw_if_index: int | None) -> None:
+        """Routes, neighbors, then the interface and link; what is missing is skipped."""
+        for addr in pod.addresses:
+            host = ipaddress.ip_network(f"{addr.ip}/{addr.max_prefixlen}")
+            route = ip.routes(self.api, self.cfg.pod_vrf_id, addr.version == 6).get(host)
+            # Only our route: the prefix may belong to another pod by now.
+            if route is not None and (sw_if_index is None or sw_if_index in route.sw_if_indexes):
+                ip.delete_route(self.api, self.cfg.pod_vrf_id, host)
+            if sw_if_index is not None:
+                for (sw, nip), mac in neighbors.dump(self.api, sw_if_index).items():
+                    if sw == sw_if_index and nip == str(addr.ip):
+                        neighbors.delete(self.api, sw, addr.ip, mac)
+        self.mode.remove(pod, sw_if_index)
+
+    def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
+        try:
+            self._ensure()
+        except CniError:
+            # VPP is away: still free the kernel side; the VPP part is found by its tag later.
+            self.mode.remove_local(pod)
+            raise
+        found = interfaces.by_tag(self.api, names.pod_tag(pod.key))
+        if not found:
+            self._unwire(pod, None)
+        for itf in found:
+            self._unwire(pod, itf.sw_if_index)
+
+    def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
+        objs = self._ensure()
+        tag = names.pod_tag(pod.key)
+        found = interfaces.by_tag(self.api, tag)
+        if len(found) != 1:
+            return [f"expected one VPP interface tagged {tag!r}, found {len(found)}"]
+        itf = found[0]
+        problems = self.mode.problems(pod, itf.sw_if_index)
+        problems += self._interface_problems(pod, wiring, itf, objs.gateway_sw_if_index)
+        problems += self._route_problems(pod, itf.sw_if_index, wiring.pod_mac)
+        return problems
+
+    def _interface_problems(
+        self, pod: PodNetwork, wiring: Wiring, itf: interfaces.VppInterface, gateway: int
+    ) -> list[str]:
+        out = []
+        recorded = wiring.extra.get("sw_if_index")
+        if recorded is not None and recorded != str(itf.sw_if_index):
+            out.append(f"VPP interface is sw_if_index {itf.sw_if_index}, record says {recorded}")
+        if itf.mac != wiring.gateway_mac:
+            out.append(f"VPP interface MAC {itf.mac} != gateway MAC {wiring.gateway_mac}")
+        if not itf.admin_up:
+            out.append(f"VPP interface {itf.name} is down")
+        for ipv6 in sorted({a.version == 6 for a in pod.addresses}):
+            table = interfaces.get_table(self.api, itf.sw_if_index, ipv6)
+            if table != self.cfg.pod_vrf_id:
+                out.append(f"VPP interface {itf.name} is in table {table}, not the pod VRF")
+        if interfaces.unnumbered_to(self.api, itf.sw_if_index) != gateway:
+            out.append(f"VPP interface {itf.name} is not unnumbered to the gateway loopback")
+        return out
+
+    def _route_problems(self, pod: PodNetwork, sw_if_index: int, pod_mac: str) -> list[str]:
+        out = []
+        neigh = neighbors.dump(self.api, sw_if_index)
+        for addr in pod.addresses:
+            host = ipaddress.ip_network(f"{addr.ip}/{addr.max_prefixlen}")
+            route = ip.routes(self.api, self.cfg.pod_vrf_id, addr.version == 6).get(host)
+            if route is None or route.sw_if_indexes != (sw_if_index,):
+                out.append(f"VPP route {host} via sw_if_index {sw_if_index} is missing")
+            if neigh.get((sw_if_index, str(addr.ip))) != pod_mac:
+                out.append(f"VPP neighbor {addr.ip} -> {pod_mac} is missing")
+        return out
+
+    def owned(self) -> dict[str, str]:
+        self._ensure()
+        return {
+            i.name: i.tag
+            for i in interfaces.dump(self.api)
+            if i.tag.startswith(names.POD_TAG_PREFIX)
+        }

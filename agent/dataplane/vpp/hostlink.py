@@ -1,0 +1,59 @@
+"""The Linux side of the VPP-host interconnect, in the node (calling thread's) namespace.
+
+veth mode: a veth pair `vpp1` (Linux end, with the host's interconnect address) <-> `vpp2` (the end
+VPP binds AF_PACKET to). TAP mode: VPP creates `vpp1` itself. Either way the node reaches its pods
+through VPP: a kernel route to each pod subnet via VPP's interconnect address. Every step is
+idempotent, so start() can run again after an agent or VPP restart.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from pyroute2 import NetlinkError
+
+from agent import netlink
+from agent.errors import DataplaneFailure
+from agent.model import IPInterface
+
+
+def ensure_veth_pair(host_ifname: str, vpp_ifname: str, mtu: int, alias: str) -> None:
+    """Creates the pair when missing and brings both ends up."""
+    with netlink.host_ns() as ipr, netlink.translated(f"host link {host_ifname}"):
+        if netlink.ifindex(ipr, host_ifname) is None:
+            ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu,
+                     peer={"ifname": vpp_ifname, "mtu": mtu})
+        for name in (host_ifname, vpp_ifname):
+            index = netlink.ifindex(ipr, name)
+            if index is None:
+                raise DataplaneFailure(
+                    f"host link: {name} is missing",
+                    f"{host_ifname} exists but is not paired with {vpp_ifname}",
+                )
+            ipr.link("set", index=index, state="up", ifalias=alias)
+
+
+def ensure_address_and_routes(
+    host_ifname: str, address: IPInterface, via: IPInterface, subnets: list[str]
+) -> None:
+    """`address` on the Linux end, and a route to each pod subnet via VPP's end."""
+    with netlink.host_ns() as ipr, netlink.translated(f"host link {host_ifname} addressing"):
+        index = netlink.ifindex(ipr, host_ifname)
+        if index is None:
+            raise DataplaneFailure(f"host link {host_ifname} is missing")
+        ipr.link("set", index=index, state="up")
+        try:
+            ipr.addr("add", index=index, address=str(address.ip),
+                     prefixlen=address.network.prefixlen)
+        except NetlinkError as exc:
+            if exc.code != errno.EEXIST:
+                raise
+        for subnet in subnets:
+            if (":" in subnet) != (address.version == 6):
+                continue  # a pod subnet of the other family needs a link address of it
+            ipr.route("replace", dst=subnet, gateway=str(via.ip), oif=index)
+
+
+def remove(host_ifname: str) -> None:
+    """Deletes the Linux end (its routes and a veth peer go with it)."""
+    netlink.delete_link(host_ifname)

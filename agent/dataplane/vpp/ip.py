@@ -1,0 +1,104 @@
+"""VPP IP tables (VRFs) and routes.
+
+A route's path names an interface (`via_interface`), a lookup in another table (`via_table`) or
+drop (`drop`). vpp-papi 2.4.2 packs `fib_path.label_stack` as a fixed array of 16 and refuses a
+shorter one, so every path carries 16 empty labels.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
+
+ANY = 0xFFFFFFFF
+PATH_NORMAL = 0
+PATH_DROP = 2
+PROTO_IP4 = 0
+PROTO_IP6 = 1
+_LABELS = [{"is_uniform": 0, "label": 0, "ttl": 0, "exp": 0}] * 16
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _path(prefix: IPNetwork, **fields: Any) -> dict[str, Any]:
+    path = {
+        "sw_if_index": ANY,
+        "table_id": 0,
+        "type": PATH_NORMAL,
+        "proto": PROTO_IP6 if prefix.version == 6 else PROTO_IP4,
+        "n_labels": 0,
+        "label_stack": _LABELS,
+    }
+    path.update(fields)
+    return path
+
+
+def via_interface(prefix: IPNetwork, sw_if_index: int) -> dict[str, Any]:
+    return _path(prefix, sw_if_index=sw_if_index)
+
+
+def via_table(prefix: IPNetwork, table_id: int) -> dict[str, Any]:
+    return _path(prefix, table_id=table_id)
+
+
+def drop(prefix: IPNetwork) -> dict[str, Any]:
+    return _path(prefix, type=PATH_DROP)
+
+
+def add_table(api: VppApi, table_id: int, ipv6: bool, name: str) -> None:
+    api.call(
+        "ip_table_add_del", is_add=True,
+        table={"table_id": table_id, "is_ip6": ipv6, "name": name},
+        context=f"{'IPv6' if ipv6 else 'IPv4'} table {table_id}",
+    )
+
+
+def tables(api: VppApi) -> set[tuple[int, bool]]:
+    return {(int(d.table.table_id), bool(d.table.is_ip6)) for d in api.dump("ip_table_dump")}
+
+
+def add_route(api: VppApi, table_id: int, prefix: IPNetwork, path: dict[str, Any]) -> None:
+    api.call(
+        "ip_route_add_del", is_add=True, is_multipath=False,
+        route={"table_id": table_id, "prefix": prefix, "n_paths": 1, "paths": [path]},
+        context=f"route {prefix} in table {table_id}",
+    )
+
+
+def delete_route(api: VppApi, table_id: int, prefix: IPNetwork) -> bool:
+    """Deletes the route with all its paths; False when it did not exist."""
+    try:
+        api.call(
+            "ip_route_add_del", is_add=False, is_multipath=False,
+            route={"table_id": table_id, "prefix": prefix, "n_paths": 0, "paths": []},
+        )
+    except VppCallFailed as exc:
+        if exc.retval == NO_SUCH_ENTRY:
+            return False
+        raise
+    return True
+
+
+@dataclass(frozen=True)
+class VppRoute:
+    table_id: int
+    prefix: IPNetwork
+    sw_if_indexes: tuple[int, ...]  # ANY for a path without interface
+    types: tuple[int, ...]
+    via_tables: tuple[int, ...]
+
+
+def routes(api: VppApi, table_id: int, ipv6: bool) -> dict[IPNetwork, VppRoute]:
+    out: dict[IPNetwork, VppRoute] = {}
+    for d in api.dump("ip_route_dump", table={"table_id": table_id, "is_ip6": ipv6}):
+        r = d.route
+        out[r.prefix] = VppRoute(
+            int(r.table_id), r.prefix,
+            tuple(int(p.sw_if_index) for p in r.paths),
+            tuple(int(p.type) for p in r.paths),
+            tuple(int(p.table_id) for p in r.paths),
+        )
+    return out

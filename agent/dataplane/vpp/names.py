@@ -1,0 +1,55 @@
+"""Deterministic names, MACs and owner tags, all derived from the pod key.
+
+Everything the driver creates can be found again from the pod record alone: the veth host end is
+`vsw<digest>`, the MACs come from a hash of the key, and every VPP interface carries its owner in
+its tag. VPP tags hold 63 characters; a container ID is often 64, so a tag that would not fit
+keeps the ID's head and a hash of the whole key (still unique and recomputable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from agent.model import PodKey
+
+POD_TAG_PREFIX = "vswitch-cni:"  # vswitch-cni:<container_id>:<ifname>
+BASE_TAG_PREFIX = "vswitch-cni/"  # the driver's own objects (gateway loopback, host link)
+GATEWAY_TAG = BASE_TAG_PREFIX + "pod-gateway"
+HOST_TAG = BASE_TAG_PREFIX + "host-interconnect"
+TAG_MAX = 63  # sw_interface_tag_add_del.tag is a string[64], NUL included
+
+
+def pod_tag(key: PodKey) -> str:
+    """The owner tag of a pod's VPP interface."""
+    tag = f"{POD_TAG_PREFIX}{key.container_id}:{key.ifname}"
+    if len(tag) <= TAG_MAX:
+        return tag
+    suffix = f"~{key.digest(12)}:{key.ifname}"
+    room = TAG_MAX - len(POD_TAG_PREFIX) - len(suffix)
+    return f"{POD_TAG_PREFIX}{key.container_id[:room]}{suffix}"
+
+
+def veth_host_ifname(key: PodKey) -> str:
+    """The root-namespace end of a pod's veth (14 characters, fits IFNAMSIZ)."""
+    return "vsw" + key.digest(11)
+
+
+def _mac(seed: str) -> str:
+    raw = bytearray(hashlib.sha256(seed.encode()).digest()[:6])
+    raw[0] = (raw[0] & 0xFC) | 0x02  # unicast, locally administered
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def pod_mac(key: PodKey) -> str:
+    """The MAC of the pod's interface."""
+    return _mac(f"pod\0{key.container_id}\0{key.ifname}")
+
+
+def vpp_mac(key: PodKey) -> str:
+    """The MAC of VPP's interface towards the pod (the pod's gateway MAC)."""
+    return _mac(f"vpp\0{key.container_id}\0{key.ifname}")
+
+
+def base_mac(what: str) -> str:
+    """MACs of the driver's own interfaces (stable across agent restarts)."""
+    return _mac(f"base\0{what}")

@@ -1,0 +1,42 @@
+"""Static IP neighbors (ARP / ND entries) in VPP: pod IP -> pod MAC on the pod's interface."""
+
+from __future__ import annotations
+
+from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
+from agent.model import IPAddress
+
+ANY = 0xFFFFFFFF
+FLAG_STATIC = 1  # IP_API_NEIGHBOR_FLAG_STATIC
+
+
+def _neighbor(sw_if_index: int, ip: IPAddress, mac: str) -> dict[str, object]:
+    return {"sw_if_index": sw_if_index, "flags": FLAG_STATIC, "mac_address": mac,
+            "ip_address": ip}
+
+
+def add(api: VppApi, sw_if_index: int, ip: IPAddress, mac: str) -> None:
+    api.call(
+        "ip_neighbor_add_del", is_add=True, neighbor=_neighbor(sw_if_index, ip, mac),
+        context=f"neighbor {ip} -> {mac}",
+    )
+
+
+def delete(api: VppApi, sw_if_index: int, ip: IPAddress, mac: str) -> bool:
+    """False when the neighbor did not exist."""
+    try:
+        api.call("ip_neighbor_add_del", is_add=False, neighbor=_neighbor(sw_if_index, ip, mac))
+    except VppCallFailed as exc:
+        if exc.retval == NO_SUCH_ENTRY:
+            return False
+        raise
+    return True
+
+
+def dump(api: VppApi, sw_if_index: int = ANY) -> dict[tuple[int, str], str]:
+    """{(sw_if_index, ip): mac} for both address families."""
+    out: dict[tuple[int, str], str] = {}
+    for af in (0, 1):
+        for d in api.dump("ip_neighbor_dump", sw_if_index=sw_if_index, af=af):
+            n = d.neighbor
+            out[(int(n.sw_if_index), str(n.ip_address))] = str(n.mac_address)
+    return out

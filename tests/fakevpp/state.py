@@ -1,0 +1,137 @@
+"""The fake VPP's state: interfaces, IP tables, routes, neighbors, with VPP's rules and retvals.
+
+Only the semantics the agent relies on are modelled, but those follow VPP: sw_if_index 0 is
+`local0`, indexes are never reused within one run, a table must exist before an interface is bound
+to it or a route is put in it, an interface with addresses cannot change table, deleting an
+interface takes its addresses, neighbors and routes with it, and a missing object gives the retval
+VPP gives (values from vnet/error.h, named in `E`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+ANY = 0xFFFFFFFF  # VPP's ~0: "no interface" / "all interfaces"
+ADMIN_UP = 1
+LINK_UP = 2
+PATH_DROP = 2  # FIB_API_PATH_TYPE_DROP
+
+
+class E:
+    """The retvals of vnet/error.h that the fake uses."""
+
+    UNSPECIFIED = -1
+    INVALID_SW_IF_INDEX = -2
+    NO_SUCH_FIB = -3
+    NO_SUCH_INNER_FIB = -4
+    NO_SUCH_ENTRY = -6
+    INVALID_VALUE = -7
+    UNIMPLEMENTED = -9
+    INVALID_SW_IF_INDEX_2 = -10
+    SYSCALL_ERROR_1 = -11
+    ADDRESS_NOT_FOUND_FOR_INTERFACE = -60
+    INVALID_INTERFACE = -71
+    IF_ALREADY_EXISTS = -79
+    ADDRESS_FOUND_FOR_INTERFACE = -114
+
+
+class VppError(Exception):
+    """A request VPP refuses: answered with this retval and no state change."""
+
+    def __init__(self, retval: int) -> None:
+        super().__init__(retval)
+        self.retval = retval
+
+
+@dataclass
+class Interface:
+    sw_if_index: int
+    name: str
+    dev_type: str
+    mac: str
+    tag: str = ""
+    flags: int = 0
+    mtu: list[int] = field(default_factory=lambda: [9000, 0, 0, 0])
+    vrf: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})  # is_ip6 -> table
+    unnumbered_to: int | None = None
+    addresses: list[ipaddress.IPv4Interface | ipaddress.IPv6Interface] = field(default_factory=list)
+    host_if_name: str = ""  # af_packet: the kernel interface; tap: the host end's name
+    tap: dict[str, Any] = field(default_factory=dict)  # tap details (id, rings, namespace)
+
+
+@dataclass
+class Route:
+    table_id: int
+    prefix: ipaddress.IPv4Network | ipaddress.IPv6Network
+    paths: list[dict[str, Any]]
+
+
+def random_mac() -> str:
+    # VPP gives virtual interfaces locally administered 02:fe:.. addresses.
+    tail = [random.randrange(256) for _ in range(4)]
+    return "02:fe:" + ":".join(f"{b:02x}" for b in tail)
+
+
+class State:
+    """Everything a VPP restart loses."""
+
+    def __init__(self) -> None:
+        self.interfaces: dict[int, Interface] = {}
+        self.tables: dict[tuple[bool, int], str] = {
+            (False, 0): "ipv4-VRF:0",
+            (True, 0): "ipv6-VRF:0",
+        }
+        self.routes: dict[tuple[bool, int, str], Route] = {}
+        self.neighbors: dict[tuple[int, str], tuple[str, int]] = {}  # (sw_if, ip) -> (mac, flags)
+        self.next_index = 0
+        self.add_interface("local0", "local", "00:00:00:00:00:00")
+
+    def add_interface(self, name: str, dev_type: str, mac: str, **kw: Any) -> Interface:
+        itf = Interface(self.next_index, name, dev_type, mac, **kw)
+        self.interfaces[itf.sw_if_index] = itf
+        self.next_index += 1
+        return itf
+
+    def get(self, sw_if_index: int, err: int = E.INVALID_SW_IF_INDEX) -> Interface:
+        itf = self.interfaces.get(int(sw_if_index))
+        if itf is None:
+            raise VppError(err)
+        return itf
+
+    def by_name(self, name: str) -> Interface | None:
+        return next((i for i in self.interfaces.values() if i.name == name), None)
+
+    def delete_interface(self, sw_if_index: int) -> None:
+        """Removes the interface and what hangs on it, as VPP does."""
+        self.interfaces.pop(sw_if_index)
+        for key in [k for k in self.neighbors if k[0] == sw_if_index]:
+            del self.neighbors[key]
+        for rkey, route in list(self.routes.items()):
+            route.paths = [p for p in route.paths if p["sw_if_index"] != sw_if_index]
+            if not route.paths:
+                del self.routes[rkey]
+        for other in self.interfaces.values():
+            if other.unnumbered_to == sw_if_index:
+                other.unnumbered_to = None
+
+    def require_table(self, is_ip6: bool, table_id: int, err: int = E.NO_SUCH_FIB) -> None:
+        if (is_ip6, int(table_id)) not in self.tables:
+            raise VppError(err)
+
+    def route_key(
+        self, table_id: int, prefix: ipaddress.IPv4Network | ipaddress.IPv6Network
+    ) -> tuple[bool, int, str]:
+        return (prefix.version == 6, int(table_id), str(prefix))
+
+    def delete_table(self, is_ip6: bool, table_id: int) -> None:
+        if table_id == 0 or (is_ip6, table_id) not in self.tables:
+            raise VppError(E.NO_SUCH_FIB)
+        del self.tables[(is_ip6, table_id)]
+        for key in [k for k in self.routes if k[0] == is_ip6 and k[1] == table_id]:
+            del self.routes[key]
+        for itf in self.interfaces.values():
+            if itf.vrf[is_ip6] == table_id:
+                itf.vrf[is_ip6] = 0

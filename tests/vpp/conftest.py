@@ -1,0 +1,115 @@
+"""Fixtures for the VPP driver tests: a fake VPP per test, a node namespace the test thread is in,
+pod namespaces; all removed again when the test ends, also when it fails.
+
+The driver works in the calling thread's namespace (agent.netlink), so running the test thread
+inside a node namespace of its own keeps the machine's links and routes untouched; the fake VPP
+"runs" in that namespace too (its af_packet checks look there).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from agent.dataplane.vpp import VppConfig, VppDataplane  # noqa: E402
+from agent.model import PodKey, PodNetwork  # noqa: E402
+from tests.fakevpp import FakeVPP  # noqa: E402
+from tests.helpers.netns import entered, named_netns, unique  # noqa: E402
+
+API_DIR = "/work/shared/vpp-api/26.06"
+if not os.path.isdir(API_DIR):
+    API_DIR = os.path.join(_ROOT, "tests", "fakevpp", "api")
+
+
+@pytest.fixture
+def node_ns() -> Iterator[str]:
+    with named_netns("tvn") as path, entered(path):
+        yield path
+
+
+@pytest.fixture
+def pod_ns() -> Iterator[str]:
+    with named_netns("tvp") as path:
+        yield path
+
+
+@pytest.fixture
+def pod_ns2() -> Iterator[str]:
+    with named_netns("tvp") as path:
+        yield path
+
+
+@pytest.fixture
+def workdir() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="vswvpp") as d:
+        yield d
+
+
+@pytest.fixture
+def fake(node_ns: str, workdir: str) -> Iterator[FakeVPP]:
+    vpp = FakeVPP(os.path.join(workdir, "api.sock"), API_DIR, tap_works=True, netns=node_ns)
+    vpp.start()
+    try:
+        yield vpp
+    finally:
+        vpp.stop()
+
+
+@pytest.fixture
+def vhost_net(workdir: str) -> str:
+    """A stand-in for /dev/vhost-net (the fake's TAPs do not need the real one)."""
+    path = os.path.join(workdir, "vhost-net")
+    with open(path, "w"):
+        pass
+    return path
+
+
+def make_config(fake: FakeVPP, **kw: Any) -> VppConfig:
+    defaults: dict[str, Any] = {
+        "api_socket": fake.socket_path,
+        "api_dir": API_DIR,
+        "pod_gateways": (ipaddress.ip_interface("10.1.1.1/24"),),
+        "vpp_host_ip": ipaddress.ip_interface("172.30.1.1/24"),
+        "host_linux_ip": ipaddress.ip_interface("172.30.1.2/24"),
+        "connect_timeout": 2.0,
+        "request_timeout": 3.0,
+    }
+    defaults.update(kw)
+    return VppConfig(**defaults)
+
+
+@pytest.fixture
+def driver_factory(fake: FakeVPP) -> Iterator[Callable[..., VppDataplane]]:
+    made: list[VppDataplane] = []
+
+    def make(**kw: Any) -> VppDataplane:
+        dp = VppDataplane(make_config(fake, **kw))
+        made.append(dp)
+        return dp
+
+    try:
+        yield make
+    finally:
+        for dp in made:
+            dp.close()
+
+
+def pod(netns: str, address: str, ifname: str = "eth0") -> PodNetwork:
+    addr = ipaddress.ip_interface(address)
+    return PodNetwork(
+        key=PodKey(unique("ctr") + "x" * 40, ifname),
+        netns=netns,
+        addresses=(addr,),
+        gateways=(ipaddress.ip_address("10.1.1.1"),),
+        mtu=1450,
+    )
