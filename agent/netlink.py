@@ -167,6 +167,7 @@ def create_veth(
     The host end carries `alias` (IFLA_IFALIAS, the owner tag). Returns the host end's index
     and MAC. On failure nothing of the pair is left behind.
     """
+    _check_ifname(pod_ifname)
     peer: dict[str, object] = {"ifname": pod_ifname, "mtu": mtu}
     if pod_mac:
         peer["address"] = pod_mac
@@ -181,6 +182,13 @@ def create_veth(
         except BaseException:
             delete_link(host_ifname)
             raise
+
+
+def _check_ifname(ifname: str) -> None:
+    # the kernel's rules (dev_valid_name): 1-15 bytes, no "/", ":" or whitespace, not "." or ".."
+    size = len(ifname.encode())
+    if not 0 < size <= 15 or ifname in (".", "..") or any(c in "/:" or c.isspace() for c in ifname):
+        raise InvalidEnvironment(f"CNI_IFNAME {ifname!r} is not a valid interface name")
 
 
 def _veth_add_error(

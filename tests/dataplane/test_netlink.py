@@ -80,3 +80,10 @@ def test_mac_from_key_is_stable_local_unicast() -> None:
         assert first & 0x01 == 0 and first & 0x02 == 0x02
     key = PodKey("abc", "eth1")
     assert netlink.mac_from_key(key) == netlink.mac_from_key(PodKey("abc", "eth1"))
+
+
+@pytest.mark.parametrize("bad", ["", "a-name-longer-than-15", "eth/0", "eth 0", "..", "e:1"])
+def test_bad_ifname_names_cni_ifname(node_ns: str, pod_netns: str, bad: str) -> None:
+    with pytest.raises(InvalidEnvironment, match="CNI_IFNAME"):
+        netlink.create_veth(unique("th"), pod_netns, bad, 1500, None, "x")
+    assert netlink.links_with_alias_prefix("") == {}
