@@ -1,0 +1,109 @@
+"""The fake VPP's protocol and the driver's call helper (api.py), without namespaces.
+
+Plan: definitions fetched from the fake (`bootstrapapi`, api_dir None) work; a field VPP's schema
+does not have and a message VPP does not have are DataplaneFailures naming them; a retval becomes
+a DataplaneFailure with the message, retval and meaning; a dump ends at control_ping like VPP's;
+pod tags fit VPP's 63 characters; bad config values name their key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from agent.dataplane.vpp import VppConfig, names
+from agent.dataplane.vpp.api import VppApi
+from agent.errors import DataplaneFailure, InvalidConfig, TryAgainLater
+from agent.model import PodKey
+from tests.fakevpp import FakeVPP
+from tests.vpp.conftest import API_DIR
+
+
+@pytest.fixture
+def bare_fake() -> Iterator[FakeVPP]:
+    with tempfile.TemporaryDirectory(prefix="vswvpp") as d:
+        vpp = FakeVPP(os.path.join(d, "api.sock"), API_DIR)
+        vpp.start()
+        try:
+            yield vpp
+        finally:
+            vpp.stop()
+
+
+def _api(fake: FakeVPP, api_dir: str | None = API_DIR) -> VppApi:
+    return VppApi(fake.socket_path, api_dir, 2.0, 3.0, "test")
+
+
+def test_bootstrap_definitions_from_vpp(bare_fake: FakeVPP) -> None:
+    api = _api(bare_fake, None)
+    try:
+        assert api.call("show_version").version == "26.06-fake"
+        assert "get_api_json" in bare_fake.requests
+    finally:
+        api.close()
+
+
+def test_schema_and_retval_errors(bare_fake: FakeVPP) -> None:
+    api = _api(bare_fake)
+    try:
+        with pytest.raises(DataplaneFailure, match="bogus"):
+            api.call("sw_interface_set_flags", sw_if_index=0, bogus=1)
+        with pytest.raises(DataplaneFailure, match="no API message delete_tap_v2"):
+            api.call("delete_tap_v2", sw_if_index=0)
+        with pytest.raises(DataplaneFailure) as err:
+            api.call("sw_interface_set_table", sw_if_index=0, vrf_id=42, is_ipv6=False)
+        assert "sw_interface_set_table" in str(err.value)
+        assert "retval -3 (no such FIB / VRF)" in str(err.value)
+        with pytest.raises(DataplaneFailure, match="retval -2"):
+            api.call("sw_interface_set_flags", sw_if_index=99, flags=1)
+    finally:
+        api.close()
+
+
+def test_dump_and_vpp_rules(bare_fake: FakeVPP) -> None:
+    api = _api(bare_fake)
+    try:
+        sw = int(api.call("create_loopback", mac_address="02:00:00:00:00:01").sw_if_index)
+        assert [d.interface_name for d in api.dump("sw_interface_dump")] == ["local0", "loop0"]
+        api.call("sw_interface_add_del_address", sw_if_index=sw, is_add=True,
+                 prefix=ipaddress.ip_interface("10.9.0.1/24"))
+        api.call("ip_table_add_del", is_add=True, table={"table_id": 7, "is_ip6": False})
+        # VPP refuses a table change on an interface with addresses.
+        with pytest.raises(DataplaneFailure, match="retval -114"):
+            api.call("sw_interface_set_table", sw_if_index=sw, vrf_id=7, is_ipv6=False)
+        # af_packet needs the Linux interface to exist.
+        with pytest.raises(DataplaneFailure, match="retval -71"):
+            api.call("af_packet_create_v3", host_if_name="no-such-if9", mode=1)
+    finally:
+        api.close()
+
+
+def test_unreachable_vpp_is_try_again_later() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        api = VppApi(os.path.join(d, "none.sock"), API_DIR, 1.0, 1.0, "test")
+        with pytest.raises(TryAgainLater, match="not reachable"):
+            api.call("show_version")
+
+
+def test_pod_tag_fits_vpp() -> None:
+    key = PodKey("a" * 64, "eth0")
+    tag = names.pod_tag(key)
+    assert len(tag) <= 63 and tag.endswith(":eth0") and tag.startswith("vswitch-cni:aaa")
+    assert tag != names.pod_tag(PodKey("a" * 63 + "b", "eth0"))
+    assert names.pod_tag(PodKey("abc", "eth1")) == "vswitch-cni:abc:eth1"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("mtu", 70000), ("tap_rx_ring_size", 100), ("pod_gateways", ()), ("tap_version", 1),
+     ("host_ifname", "x" * 16), ("api_socket", "relative.sock")],
+)
+def test_bad_config_names_the_field(field: str, value: object) -> None:
+    kw: dict[str, object] = {"pod_gateways": (ipaddress.ip_interface("10.1.1.1/24"),)}
+    kw[field] = value
+    with pytest.raises(InvalidConfig, match=field):
+        VppConfig(**kw)  # type: ignore[arg-type]
