@@ -1,0 +1,212 @@
+"""The REST server over real HTTP on loopback, with a small in-test RestSource.
+
+Test plan: every endpoint answers the documented JSON (and the paths match docs/openapi.yaml);
+query filters work; malformed, unknown or repeated query parameters are 400; unknown paths 404;
+every method but GET 405 with `Allow: GET`; a source failing with TryAgainLater gives 503 and any
+other failure 500, and the server keeps serving; a garbage request line is a 400; an idle client
+does not block others.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.errors import TryAgainLater
+from agent.rest import ROUTES, RestServer
+from ipam import IPAMConfig, NodeNetworks, node_networks
+
+_DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "docs")
+
+
+@dataclass
+class Source:
+    """Implements agent.rest.RestSource from plain fields."""
+
+    node_id: int = 3
+    node_name: str = "worker-3"
+    node_ip: str = "192.168.16.3"
+    ipam_config: IPAMConfig = field(default_factory=lambda: IPAMConfig.from_mapping(
+        {"PodSubnetV6CIDR": "fd00:10::/48"})[0])
+    networks: NodeNetworks | None = None
+    is_ready: tuple[bool, str] = (True, "ready")
+    fail: Exception | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def allocations(self) -> Mapping[str, Mapping[str, Any]]:
+        if self.fail is not None:
+            raise self.fail
+        return {
+            "10.1.3.2": {"container_id": "c1", "ifname": "eth0", "pod_namespace": "default",
+                         "pod_name": "web", "since": 1700000000.5},
+            "fd00:10:0:3::2": {"container_id": "c1", "ifname": "eth0",
+                               "pod_namespace": "default", "pod_name": "web",
+                               "since": 1700000000.5},
+        }
+
+    def pod_records(self) -> list[dict[str, Any]]:
+        return self.records
+
+    def pool_usage(self) -> list[dict[str, object]]:
+        return [{"subnet": "10.1.3.0/24", "capacity": 252, "inUse": 1, "free": 251},
+                {"subnet": "fd00:10:0:3::/64", "capacity": 2**64 - 4, "inUse": 1,
+                 "free": 2**64 - 5}]
+
+    def ready(self) -> tuple[bool, str]:
+        return self.is_ready
+
+    def live(self) -> bool:
+        return True
+
+    def metrics_text(self) -> str:
+        return "# TYPE vswitch_cni_pods gauge\nvswitch_cni_pods 1\n"
+
+    def last_reconcile(self) -> dict[str, Any]:
+        return {"finished": 1700000000.0, "repaired": [], "damaged": []}
+
+
+@pytest.fixture
+def source() -> Source:
+    src = Source()
+    src.networks = node_networks(src.ipam_config, src.node_id)
+    return src
+
+
+@pytest.fixture
+def server(source: Source) -> Iterator[RestServer]:
+    srv = RestServer(("127.0.0.1", 0), source)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def request(srv: RestServer, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection(*srv.address, timeout=10)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def get_json(srv: RestServer, path: str, status: int = 200) -> Any:
+    got, headers, body = request(srv, path)
+    assert got == status, body
+    assert headers["content-type"] == "application/json"
+    return json.loads(body)
+
+
+def test_contiv_ipam_answer(server: RestServer) -> None:
+    assert get_json(server, "/contiv/v1/ipam") == {
+        "nodeId": 3, "nodeName": "worker-3", "nodeIP": "192.168.16.3",
+        "podNetwork": "10.1.3.0/24", "podNetworks": ["10.1.3.0/24", "fd00:10:0:3::/64"],
+        "vppHostNetwork": "172.30.3.0/24",
+        "config": {
+            "podSubnetCIDR": "10.1.0.0/16", "podNetworkPrefixLen": 24,
+            "podSubnetV6CIDR": "fd00:10::/48", "podNetworkV6PrefixLen": 64,
+            "vppHostSubnetCIDR": "172.30.0.0/16", "vppHostNetworkPrefixLen": 24,
+            "nodeInterconnectCIDR": "192.168.16.0/24", "nodeInterconnectDHCP": False,
+            "vxlanCIDR": "192.168.30.0/24", "serviceCIDR": "10.96.0.0/12",
+            "contivCIDR": "", "defaultGateway": "",
+        },
+    }
+
+
+def test_ipam_before_node_id_is_503(source: Source, server: RestServer) -> None:
+    source.networks = None
+    assert "not assigned" in get_json(server, "/contiv/v1/ipam", 503)["error"]
+
+
+def test_allocations_and_family_filter(server: RestServer) -> None:
+    web = {"pod": "default/web", "containerId": "c1", "ifname": "eth0", "since": 1700000000.5}
+    assert get_json(server, "/v1/allocations") == {
+        "allocations": {"10.1.3.2": web, "fd00:10:0:3::2": web}}
+    v6 = get_json(server, "/v1/allocations?family=6")["allocations"]
+    assert all(ipaddress.ip_address(ip).version == 6 for ip in v6) and len(v6) == 1
+    assert list(get_json(server, "/v1/allocations?family=4")["allocations"]) == ["10.1.3.2"]
+
+
+def test_pools_pods_reconcile(source: Source, server: RestServer) -> None:
+    pools = get_json(server, "/v1/pools")["pools"]
+    assert [p["family"] for p in pools] == [4, 6]
+    assert pools[0] == {"family": 4, "subnet": "10.1.3.0/24", "capacity": 252, "inUse": 1,
+                        "free": 251}
+    source.records = [{"container_id": "c1", "pod_namespace": "default"},
+                      {"container_id": "c2", "pod_namespace": "kube-system"}]
+    assert len(get_json(server, "/v1/pods")["pods"]) == 2
+    assert get_json(server, "/v1/pods?namespace=kube-system")["pods"] == [source.records[1]]
+    assert get_json(server, "/v1/reconcile")["damaged"] == []
+
+
+def test_health_and_metrics(source: Source, server: RestServer) -> None:
+    assert get_json(server, "/liveness") == {"live": True}
+    assert get_json(server, "/readiness") == {"ready": True, "reason": "ready"}
+    source.is_ready = (False, "etcd unreachable")
+    assert get_json(server, "/readiness", 503) == {"ready": False, "reason": "etcd unreachable"}
+    status, headers, body = request(server, "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert b"vswitch_cni_pods 1" in body
+
+
+@pytest.mark.parametrize("query", ["?family=5", "?family=4&family=6", "?famly=4", "?family",
+                                   "?&&", "?x=1"])
+def test_bad_queries_are_400_naming_the_problem(server: RestServer, query: str) -> None:
+    error = get_json(server, f"/v1/allocations{query}", 400)["error"]
+    assert "family" in error or "query" in error
+
+
+def test_unknown_paths_are_404(server: RestServer) -> None:
+    for path in ("/", "/v1", "/v1/pods/", "/contiv/v1/ipam/x", "/%ff"):
+        assert "no such path" in get_json(server, path, 404)["error"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD", "BREW"])
+def test_other_methods_are_405(server: RestServer, method: str) -> None:
+    status, headers, _ = request(server, "/v1/pods", method)
+    assert status == 405 and headers["allow"] == "GET"
+
+
+def test_source_failures_are_503_or_500_and_serving_goes_on(source: Source,
+                                                            server: RestServer) -> None:
+    source.fail = TryAgainLater("etcd is unreachable")
+    assert "unreachable" in get_json(server, "/v1/allocations", 503)["error"]
+    source.fail = RuntimeError("boom")
+    assert "boom" in get_json(server, "/v1/allocations", 500)["error"]
+    assert get_json(server, "/liveness") == {"live": True}
+
+
+def test_garbage_request_and_idle_client(server: RestServer) -> None:
+    idle = socket.create_connection(server.address, timeout=10)  # says nothing, stays open
+    try:
+        with socket.create_connection(server.address, timeout=10) as bad:
+            bad.sendall(b"\x00\x01 nonsense\r\n\r\n")
+            assert b" 400 " in bad.recv(4096).split(b"\r\n")[0] + b" "
+        assert get_json(server, "/liveness") == {"live": True}
+    finally:
+        idle.close()
+
+
+def test_documented_paths_match_the_routes() -> None:
+    with open(os.path.join(_DOCS, "openapi.yaml"), encoding="utf-8") as f:
+        spec = yaml.safe_load(f)
+    assert spec["openapi"].startswith("3.")
+    assert set(spec["paths"]) == set(ROUTES)
+    for path, item in spec["paths"].items():
+        assert set(item) == {"get"}, path
+    with open(os.path.join(_DOCS, "rest-api.md"), encoding="utf-8") as f:
+        text = f.read()
+    for path in ROUTES:
+        assert f"GET {path}" in text
