@@ -1,0 +1,217 @@
+"""The agent process: builds every part from the config, in order, and runs until SIGTERM.
+
+Start-up order matters: etcd and the node ID first (the node's subnets follow from the ID), then
+the dataplane's base configuration, then reconcile, and only then the CNI socket. A pod is never
+accepted before the agent knows what it already has. Shutdown is the reverse: stop accepting,
+drain in-flight requests, remove the socket; pods stay wired.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import stat
+import threading
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from agent.config import AgentConfig
+from agent.dataplane import Dataplane
+from agent.errors import Degraded, NotReady
+from agent.metrics import Metrics
+from agent.nodes import NodeIdentity
+from agent.pods import PodManager
+from agent.pools import Pools
+from agent.reconcile import ReconcileReport, reconcile
+from agent.rest import RestServer
+from agent.server import CniService
+from agent.store import Store
+from ipam import IPAMConfig, NodeNetworks, node_networks
+from protos import cni_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """The agent cannot start; the message says what to change."""
+
+
+class Agent:
+    """One node's agent. `start()` brings it up; `stop()` drains and closes."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.store = Store(list(config.etcd_endpoints), config.etcd_prefix, config.etcd_timeout)
+        self.node_id = 0
+        self.networks: NodeNetworks | None = None
+        self.pods: PodManager | None = None
+        self.dataplane: Dataplane | None = None
+        self.report = ReconcileReport()
+        self._ready = threading.Event()
+        self._grpc: grpc.Server | None = None
+        self._rest: RestServer | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.config
+        for warning in cfg.warnings:
+            log.warning("%s", warning)
+        # First of all: a live agent on this socket (a rolling update's overlap, a second copy)
+        # means this one must touch nothing, least of all reconcile the other's pods.
+        prepare_socket(cfg.cni_socket)
+        self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam).acquire()
+        self.networks = node_networks(cfg.ipam, self.node_id)
+        log.info(
+            "node %s has ID %d, pod subnets %s",
+            cfg.node_name,
+            self.node_id,
+            [str(s) for s in self.networks.pod_subnets],
+        )
+        self._rest = RestServer(cfg.http_host_port, self)
+        self._rest.start()
+        self.dataplane = make_dataplane(cfg, self.networks)
+        self.dataplane.start()
+        pools = Pools(self.networks)
+        self.pods = PodManager(
+            self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics
+        )
+        # Every pod holds one address of the first family, so the pool's use counts the pods.
+        self.metrics.gauge("vswitch_cni_pods", lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
+        self.report = reconcile(self.pods)
+        self._serve_cni(CniService(self.pods, self.status))
+        self._ready.set()
+        log.info("agent ready on %s", cfg.cni_socket)
+
+    def _serve_cni(self, service: CniService) -> None:
+        path = self.config.cni_socket
+        prepare_socket(path)  # again: a stale file may have appeared while reconciling
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.config.workers))
+        cni_pb2_grpc.add_RemoteCNIServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"unix:{path}")
+        # The socket is the node's CNI endpoint: only root may talk to it (mode 0600). The umask
+        # covers the moment grpc creates it; nothing else creates files while it is set.
+        old = os.umask(0o177)
+        try:
+            server.start()
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self._grpc = server
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Stops accepting, lets in-flight requests finish (up to `grace`), closes."""
+        self._ready.clear()
+        if self._grpc is not None:
+            self._grpc.stop(grace).wait()
+            self._grpc = None
+            # Only the agent that served the socket removes it: one that was refused at start
+            # must not take the live agent's socket away.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.config.cni_socket)
+        if self._rest is not None:
+            self._rest.stop()
+        if self.dataplane is not None:
+            self.dataplane.close()
+        self.store.close()
+
+    # ---- health ----------------------------------------------------------------------------
+
+    def status(self) -> None:
+        """CNI STATUS: raises NotReady (50) or Degraded (51); returns when all is well."""
+        ok, reason = self.ready()
+        if not ok:
+            raise NotReady("the agent cannot accept ADDs", reason)
+        if self.report.damaged:
+            raise Degraded(
+                "some pods may have lost connectivity",
+                f"{len(self.report.damaged)} pods found damaged at the last reconcile",
+            )
+
+    def ready(self) -> tuple[bool, str]:
+        if not self._ready.is_set():
+            return False, "starting"
+        try:
+            self.store.ping()
+        except Exception as exc:
+            return False, f"etcd unreachable: {exc}"
+        if self.dataplane is None or not self.dataplane.ready():
+            return False, f"dataplane {self.config.dataplane} not ready"
+        if self.pods is not None and self.pods.pools.exhausted():
+            return False, "pod subnet exhausted"
+        return True, "ready"
+
+    def live(self) -> bool:
+        return True
+
+    # ---- RestSource ------------------------------------------------------------------------
+
+    @property
+    def node_name(self) -> str:
+        return self.config.node_name
+
+    @property
+    def node_ip(self) -> str:
+        return self.config.node_ip
+
+    @property
+    def ipam_config(self) -> IPAMConfig:
+        return self.config.ipam
+
+    def allocations(self) -> dict[str, dict[str, Any]]:
+        return self.store.list_allocations(self.node_id)
+
+    def pod_records(self) -> list[dict[str, Any]]:
+        return [r.to_json_dict() for r in self.pods.records()] if self.pods else []
+
+    def pool_usage(self) -> list[dict[str, object]]:
+        return self.pods.pools.usage() if self.pods else []
+
+    def metrics_text(self) -> str:
+        return self.metrics.render()
+
+    def last_reconcile(self) -> dict[str, Any]:
+        return self.report.to_json()
+
+
+def make_dataplane(cfg: AgentConfig, networks: NodeNetworks) -> Dataplane:
+    gateways = [
+        ipaddress.ip_interface(f"{gw}/{subnet.prefixlen}")
+        for gw, subnet in zip(networks.gateways, networks.pod_subnets, strict=True)
+    ]
+    if cfg.dataplane == "kernel":
+        from agent.dataplane.kernel import KernelDataplane
+
+        return KernelDataplane(gateways, cfg.mtu, cfg.gateway_interface)
+    from agent.dataplane.vpp import VppDataplane, vpp_config
+
+    return VppDataplane(vpp_config(cfg, networks))
+
+
+def prepare_socket(path: str) -> None:
+    """Makes the socket's directory and replaces a stale socket, never a live one or a file."""
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise StartupError(f"{path} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        os.unlink(path)  # nobody listens: a leftover of an agent that died
+        return
+    except OSError as exc:
+        raise StartupError(f"cannot tell whether {path} is in use: {exc}") from exc
+    finally:
+        probe.close()
+    raise StartupError(f"another agent is serving on {path}; stop it first")

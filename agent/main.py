@@ -1,0 +1,58 @@
+"""`vswitch-agent --config FILE`: the per-node agent's command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from agent import __version__
+from agent.app import Agent, StartupError
+from agent.config import ConfigError, load
+from agent.errors import CniError
+
+log = logging.getLogger("vswitch-agent")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vswitch-agent", description=__doc__)
+    parser.add_argument("--config", required=True, help="the agent's YAML config file")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--version", action="version", version=f"vswitch-agent {__version__}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = load(args.config)
+    except ConfigError as exc:
+        log.error("refusing to start: %s", exc)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: draining and stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    agent = Agent(config)
+    try:
+        agent.start()
+    except (StartupError, CniError) as exc:
+        log.error("cannot start: %s", exc)
+        agent.stop(grace=0)
+        return 1
+    stop.wait()
+    agent.stop()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Reconcile before serving: make the dataplane, the pools and etcd agree with the pod records.
+
+Rules, in order of how costly a mistake is:
+- An address is released only when its attachment is certainly dead: its record never reached
+  "ready" (the runtime never got a success), or its network namespace no longer exists. Wrongly
+  keeping an address is recoverable (GC, DEL); wrongly releasing one gives two pods one address.
+- A dataplane object carrying our owner tag that no record explains is removed.
+- A live pod whose wiring is incomplete is reported (and re-wired where the driver can).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.errors import CniError
+from agent.model import PodKey, PodNetwork
+from agent.pods import PodManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileReport:
+    started: float = 0.0
+    seconds: float = 0.0
+    records: int = 0
+    live: int = 0
+    removed_unfinished: list[str] = field(default_factory=list)
+    removed_dead: list[str] = field(default_factory=list)
+    removed_orphans: list[str] = field(default_factory=list)
+    damaged: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "started": self.started,
+            "seconds": round(self.seconds, 4),
+            "records": self.records,
+            "live": self.live,
+            "removedUnfinished": self.removed_unfinished,
+            "removedDead": self.removed_dead,
+            "removedOrphans": self.removed_orphans,
+            "damaged": self.damaged,
+            "errors": self.errors,
+        }
+
+
+TAG_PREFIX = "vswitch-cni:"
+
+
+def owner_key(tag: str) -> PodKey | None:
+    """The attachment named by an owner tag `vswitch-cni:<container ID>:<ifname>`.
+
+    Neither a container ID nor an interface name may contain ':' (CNI spec), so the split is
+    unambiguous.
+    """
+    if not tag.startswith(TAG_PREFIX):
+        return None
+    container_id, sep, ifname = tag[len(TAG_PREFIX) :].partition(":")
+    return PodKey(container_id, ifname) if sep and container_id and ifname else None
+
+
+def reconcile(pods: PodManager) -> ReconcileReport:
+    """Runs once at start, before the CNI socket is opened."""
+    report = ReconcileReport(started=time.time())
+    start = time.perf_counter()
+    records = pods.records()
+    report.records = len(records)
+    foreign = pods.pools.reserve(a for r in records for a in r.addresses)
+    if foreign:
+        report.errors.append(f"records hold addresses outside this node's subnets: {foreign}")
+    owners: set[str] = set()
+    for record in records:
+        name = str(record.key)
+        try:
+            if record.state != "ready":
+                pods.teardown(record)
+                report.removed_unfinished.append(name)
+            elif not os.path.exists(record.netns):
+                pods.teardown(record)
+                report.removed_dead.append(name)
+            else:
+                report.live += 1
+                owners.add(record.wiring.get("host_ifname", ""))
+                problems = pods.live_problems(record)
+                if problems:
+                    report.damaged[name] = problems
+        except CniError as exc:
+            report.errors.append(f"{name}: {exc}")
+    for ifname, tag in pods.dataplane.owned().items():
+        if ifname in owners:
+            continue
+        key = owner_key(tag)
+        if key is None:
+            report.errors.append(f"{ifname} has an unreadable owner tag {tag!r}; left alone")
+            continue
+        try:
+            pods.dataplane.detach(PodNetwork(key, "", (), (), pods.mtu), None)
+            report.removed_orphans.append(f"{ifname} ({tag})")
+        except CniError as exc:
+            report.errors.append(f"orphan {ifname}: {exc}")
+    report.seconds = time.perf_counter() - start
+    log.info(
+        "reconcile: %d records, %d live, %d unfinished and %d dead removed, %d orphans removed, "
+        "%d damaged, %d errors in %.3fs",
+        report.records,
+        report.live,
+        len(report.removed_unfinished),
+        len(report.removed_dead),
+        len(report.removed_orphans),
+        len(report.damaged),
+        len(report.errors),
+        report.seconds,
+    )
+    return report

@@ -1,0 +1,224 @@
+"""Runs a real `vswitch-agent` process for integration tests, and the real plugin against it.
+
+`running_agent(...)` writes a config, starts the agent (kernel dataplane, in this machine's root
+namespace, like a hostNetwork agent), waits until its REST /readiness says ready, and stops it
+at the end (SIGTERM, then SIGKILL), removing the gateway interface it created, also when the
+test failed. `run_plugin(...)` execs the installed `vswitch-cni` the way a runtime does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+AGENT = [sys.executable, "-m", "agent.main"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class AgentHandle:
+    process: subprocess.Popen[bytes]
+    socket: Path
+    config_path: Path
+    rest_url: str
+    log_path: Path
+    gateway_ifname: str
+    config: dict[str, Any]
+
+    def get(self, path: str) -> tuple[int, Any]:
+        """GET a REST path; returns (status, decoded JSON or text)."""
+        try:
+            with urllib.request.urlopen(self.rest_url + path, timeout=5) as resp:
+                body = resp.read().decode()
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            body, status = exc.read().decode(), exc.code
+        try:
+            return status, json.loads(body)
+        except json.JSONDecodeError:
+            return status, body
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"agent exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                status, _ = self.get("/readiness")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"agent not ready after {timeout}s:\n{self.log()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def agent_config(
+    tmp_path: Path,
+    etcd_endpoints: list[str],
+    *,
+    pod_subnet: str,
+    node_name: str,
+    extra_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    suffix = secrets.token_hex(3)
+    config: dict[str, Any] = {
+        "NodeName": node_name,
+        "EtcdEndpoints": etcd_endpoints,
+        "EtcdPrefix": f"/vswitch-cni-test-{suffix}/",
+        "CNISocket": str(tmp_path / "run" / "cni.sock"),
+        "HTTPAddress": f"127.0.0.1:{free_port()}",
+        "Dataplane": "kernel",
+        "GatewayInterface": f"vsgw{suffix}",
+        "MTUSize": 1400,
+        "IPAMConfig": {"PodSubnetCIDR": pod_subnet, "PodNetworkPrefixLen": 24},
+    }
+    config.update(extra_config or {})
+    return config
+
+
+def start_agent(tmp_path: Path, config: dict[str, Any], name: str = "agent") -> AgentHandle:
+    config_path = tmp_path / f"{name}.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    log_path = tmp_path / f"{name}.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [*AGENT, "--config", str(config_path), "--log-level", "DEBUG"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    return AgentHandle(
+        process=process,
+        socket=Path(config["CNISocket"]),
+        config_path=config_path,
+        rest_url=f"http://{config['HTTPAddress']}",
+        log_path=log_path,
+        gateway_ifname=config["GatewayInterface"],
+        config=config,
+    )
+
+
+@contextmanager
+def running_agent(
+    tmp_path: Path,
+    etcd_endpoints: list[str],
+    *,
+    pod_subnet: str,
+    node_name: str = "",
+    extra_config: Mapping[str, Any] | None = None,
+) -> Iterator[AgentHandle]:
+    config = agent_config(
+        tmp_path,
+        etcd_endpoints,
+        pod_subnet=pod_subnet,
+        node_name=node_name or f"node-{secrets.token_hex(3)}",
+        extra_config=extra_config,
+    )
+    handle = start_agent(tmp_path, config)
+    try:
+        handle.wait_ready()
+        yield handle
+    finally:
+        handle.stop()
+        subprocess.run(
+            ["ip", "link", "del", handle.gateway_ifname], capture_output=True, check=False
+        )
+
+
+@dataclass
+class PluginResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def plugin_path() -> str:
+    path = shutil.which("vswitch-cni")
+    if path is None:
+        raise RuntimeError("vswitch-cni is not installed: run `pip install -e .`")
+    return path
+
+
+def run_plugin(
+    command: str,
+    config: Mapping[str, Any],
+    *,
+    container_id: str = "",
+    netns: str = "",
+    ifname: str = "eth0",
+    args: str = "",
+    timeout: float = 60,
+) -> PluginResult:
+    """Execs the real plugin with CNI_* variables and the config on stdin."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "CNI_COMMAND": command,
+        "CNI_PATH": "/usr/lib/cni",
+    }
+    if container_id:
+        env["CNI_CONTAINERID"] = container_id
+    if netns:
+        env["CNI_NETNS"] = netns
+    if ifname:
+        env["CNI_IFNAME"] = ifname
+    if args:
+        env["CNI_ARGS"] = args
+    proc = subprocess.run(
+        [plugin_path()],
+        input=json.dumps(dict(config)).encode(),
+        env=env,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    return PluginResult(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+def net_config(agent: AgentHandle, version: str = "1.1.0", **extra: Any) -> dict[str, Any]:
+    return {
+        "cniVersion": version,
+        "name": "vswitch-test",
+        "type": "vswitch-cni",
+        "agentSocket": str(agent.socket),
+        "timeoutSeconds": 20,
+        **extra,
+    }

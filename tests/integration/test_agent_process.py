@@ -1,0 +1,86 @@
+"""The agent as a process: socket mode, shutdown, restart with its node ID and pods kept.
+
+Plan:
+- the CNI socket is mode 0600; SIGTERM exits 0 and removes the socket; pods stay wired;
+- a restarted agent (same node name) gets its node ID back, and its pods keep their addresses,
+  stay reachable, and are deleted normally afterwards;
+- a second agent on the same socket refuses to start and leaves the first serving;
+- a bad config is refused at start with the key named.
+"""
+
+from __future__ import annotations
+
+import secrets
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.helpers.agent import agent_config, net_config, run_plugin, running_agent, start_agent
+from tests.helpers.netns import ping
+
+SUBNET = "10.236.0.0/16"
+
+
+def test_restart_keeps_node_id_and_pod_addresses(
+    tmp_path: Path, etcd_endpoints: list[str], make_netns: Callable[[], str]
+) -> None:
+    ns = make_netns()
+    container = f"c{secrets.token_hex(8)}"
+    config = agent_config(tmp_path, etcd_endpoints, pod_subnet=SUBNET,
+                          node_name=f"restart-{secrets.token_hex(3)}")
+    first = start_agent(tmp_path, config, "first")
+    try:
+        first.wait_ready()
+        mode = stat.S_IMODE(first.socket.stat().st_mode)
+        assert mode == 0o600, oct(mode)
+        _, ipam_before = first.get("/contiv/v1/ipam")
+        added = run_plugin("ADD", net_config(first), container_id=container, netns=ns)
+        assert added.returncode == 0, added.stdout
+        address = added.json["ips"][0]["address"]
+        gateway = added.json["ips"][0]["gateway"]
+        assert first.stop() == 0
+        assert not first.socket.exists()
+        assert ping(ns, gateway), "pods must keep their wiring while the agent is down"
+
+        second = start_agent(tmp_path, config, "second")
+        try:
+            second.wait_ready()
+            _, ipam_after = second.get("/contiv/v1/ipam")
+            assert ipam_after["nodeId"] == ipam_before["nodeId"]
+            _, allocations = second.get("/v1/allocations")
+            assert address.split("/")[0] in str(allocations)
+            again = run_plugin("ADD", net_config(second), container_id=container, netns=ns)
+            assert again.json["ips"][0]["address"] == address
+            assert ping(ns, gateway)
+            deleted = run_plugin("DEL", net_config(second), container_id=container, netns=ns)
+            assert deleted.returncode == 0
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+        subprocess.run(["ip", "link", "del", config["GatewayInterface"]],
+                       capture_output=True, check=False)
+
+
+def test_second_agent_on_the_same_socket_refuses(
+    tmp_path: Path, etcd_endpoints: list[str]
+) -> None:
+    with running_agent(tmp_path, etcd_endpoints, pod_subnet=SUBNET) as first:
+        clash = dict(first.config, NodeName="other", HTTPAddress="127.0.0.1:0")
+        clash["HTTPAddress"] = f"127.0.0.1:{secrets.randbelow(20000) + 30000}"
+        second = start_agent(tmp_path, clash, "second")
+        assert second.process.wait(timeout=60) != 0
+        assert "another agent" in second.log()
+        assert first.socket.exists()
+        assert first.get("/readiness")[0] == 200
+
+
+def test_bad_config_is_refused_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("MTUSize: 12\n")
+    out = subprocess.run([sys.executable, "-m", "agent.main", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert "MTUSize" in out.stderr and "12" in out.stderr
