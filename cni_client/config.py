@@ -171,6 +171,12 @@ def validate_config(config: object, command: str) -> dict[str, object]:
     for key in ("runtimeConfig", "prevResult"):
         if key in config and not isinstance(config[key], dict):
             raise _field_error(key, "must be an object")
+    prev = config.get("prevResult")
+    if isinstance(prev, dict):
+        for key, kind, shape in (("interfaces", list, "a list"), ("ips", list, "a list"),
+                                 ("routes", list, "a list"), ("dns", dict, "an object")):
+            if key in prev and not isinstance(prev[key], kind):
+                raise _field_error(f"prevResult.{key}", f"must be {shape}")
     if command == "GC":
         _check_attachments(config)
     return config

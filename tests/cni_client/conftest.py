@@ -6,7 +6,8 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from scripted_agent import ScriptedAgent, scripted_agent, short_tmpdir
+
+from tests.cni_client.scripted_agent import ScriptedAgent, scripted_agent, short_tmpdir
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from contextlib import contextmanager
 
 import grpc
 import pytest
-from scripted_agent import ScriptedAgent, cni_error, status_only
 
 from cni_client import grpc_unix
 from protos import cni_pb2
+from tests.cni_client.scripted_agent import ScriptedAgent, cni_error, status_only
 
 ADD = "/cni.RemoteCNI/Add"
 

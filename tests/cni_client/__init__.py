@@ -1,0 +1,1 @@
+"""Tests of the vswitch-cni plugin executable (cni_client/)."""
