@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -183,3 +184,18 @@ def test_bad_endpoints_are_invalid_config(url: str) -> None:
 def test_bad_pod_address_is_refused(store: Store) -> None:
     with pytest.raises(InvalidConfig, match="bad pod address"):
         store.put_pod(1, _record("c1", "not-an-ip"))
+
+
+def test_frozen_etcd_gives_try_again_later_not_a_hang(etcd: EtcdServer, prefix: str) -> None:
+    """A member that accepts connections but never answers (SIGSTOP) hits the RPC deadline."""
+    store = Store(etcd.endpoints, prefix, timeout=0.5)
+    proc = etcd.members[0].proc
+    assert proc is not None
+    try:
+        store.ping()
+        proc.send_signal(signal.SIGSTOP)
+        with pytest.raises(TryAgainLater):
+            store.get_pod(1, PodKey("c1", "eth0"))
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        store.close()
