@@ -4,7 +4,8 @@ Rules, in order of how costly a mistake is:
 - An address is released only when its attachment is certainly dead: its record never reached
   "ready" (the runtime never got a success), or its network namespace no longer exists. Wrongly
   keeping an address is recoverable (GC, DEL); wrongly releasing one gives two pods one address.
-- A dataplane object carrying our owner tag that no record explains is removed.
+- A dataplane object carrying our owner tag that no live record explains is removed. Objects
+  are matched by the driver's own tag for each record's key, never by parsing a tag back.
 - A live pod whose wiring is incomplete is reported (and re-wired where the driver can).
 """
 
@@ -17,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.errors import CniError
-from agent.model import PodKey, PodNetwork
 from agent.pods import PodManager
 
 log = logging.getLogger(__name__)
@@ -49,21 +49,6 @@ class ReconcileReport:
         }
 
 
-TAG_PREFIX = "vswitch-cni:"
-
-
-def owner_key(tag: str) -> PodKey | None:
-    """The attachment named by an owner tag `vswitch-cni:<container ID>:<ifname>`.
-
-    Neither a container ID nor an interface name may contain ':' (CNI spec), so the split is
-    unambiguous.
-    """
-    if not tag.startswith(TAG_PREFIX):
-        return None
-    container_id, sep, ifname = tag[len(TAG_PREFIX) :].partition(":")
-    return PodKey(container_id, ifname) if sep and container_id and ifname else None
-
-
 def reconcile(pods: PodManager) -> ReconcileReport:
     """Runs once at start, before the CNI socket is opened."""
     report = ReconcileReport(started=time.time())
@@ -73,7 +58,7 @@ def reconcile(pods: PodManager) -> ReconcileReport:
     foreign = pods.pools.reserve(a for r in records for a in r.addresses)
     if foreign:
         report.errors.append(f"records hold addresses outside this node's subnets: {foreign}")
-    owners: set[str] = set()
+    live_tags: set[str] = set()
     for record in records:
         name = str(record.key)
         try:
@@ -85,24 +70,25 @@ def reconcile(pods: PodManager) -> ReconcileReport:
                 report.removed_dead.append(name)
             else:
                 report.live += 1
-                owners.add(record.wiring.get("host_ifname", ""))
+                live_tags.add(pods.dataplane.tag(record.key))
                 problems = pods.live_problems(record)
                 if problems:
                     report.damaged[name] = problems
         except CniError as exc:
             report.errors.append(f"{name}: {exc}")
-    for ifname, tag in pods.dataplane.owned().items():
-        if ifname in owners:
-            continue
-        key = owner_key(tag)
-        if key is None:
-            report.errors.append(f"{ifname} has an unreadable owner tag {tag!r}; left alone")
+    try:
+        owned = pods.dataplane.owned()
+    except CniError as exc:
+        report.errors.append(f"cannot list the dataplane's objects: {exc}")
+        owned = {}
+    for obj, tag in owned.items():
+        if tag in live_tags:
             continue
         try:
-            pods.dataplane.detach(PodNetwork(key, "", (), (), pods.mtu), None)
-            report.removed_orphans.append(f"{ifname} ({tag})")
+            pods.dataplane.remove_orphan(obj)
+            report.removed_orphans.append(f"{obj} ({tag})")
         except CniError as exc:
-            report.errors.append(f"orphan {ifname}: {exc}")
+            report.errors.append(f"orphan {obj}: {exc}")
     report.seconds = time.perf_counter() - start
     log.info(
         "reconcile: %d records, %d live, %d unfinished and %d dead removed, %d orphans removed, "

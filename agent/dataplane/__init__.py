@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from agent.model import PodNetwork, Wiring
+from agent.model import PodKey, PodNetwork, Wiring
 
 
 class UndoStack:
@@ -61,9 +61,16 @@ class Dataplane(Protocol):
         """Compares the live host side with the record; returns what is wrong (empty = fine)."""
         ...
 
-    def owned(self) -> dict[str, str]:
-        """Host-side objects this driver owns, as {host_ifname: owner tag}, for reconcile."""
+    def tag(self, key: PodKey) -> str:
+        """The owner tag this driver puts on the objects of attachment `key`."""
         ...
+
+    def owned(self) -> dict[str, str]:
+        """Pod objects this driver finds tagged as ours, as {object name: owner tag}."""
+        ...
+
+    def remove_orphan(self, name: str) -> None:
+        """Removes an object named by `owned()` that no pod record explains, with its routes."""
 
     def ready(self) -> bool:
         """True when the vswitch can take ADDs now."""

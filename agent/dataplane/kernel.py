@@ -28,7 +28,7 @@ from pyroute2 import IPRoute, NetlinkError
 from agent import netlink
 from agent.dataplane import UndoStack
 from agent.errors import InvalidConfig
-from agent.model import IPInterface, PodNetwork, Wiring
+from agent.model import IPInterface, PodKey, PodNetwork, Wiring
 
 OWNER_PREFIX = "vswitch-cni:"
 SCOPE_LINK = 253
@@ -156,6 +156,13 @@ class KernelDataplane:
             if dst not in routed:
                 problems.append(f"route {dst} via {host} missing")
         return problems
+
+    def tag(self, key: PodKey) -> str:
+        return f"{OWNER_PREFIX}{key.container_id}:{key.ifname}"
+
+    def remove_orphan(self, name: str) -> None:
+        # Host routes go with the link.
+        netlink.delete_link(name)
 
     def owned(self) -> dict[str, str]:
         return {

@@ -15,15 +15,16 @@ import ipaddress
 import logging
 import threading
 
+from agent import netlink
 from agent.dataplane import UndoStack
-from agent.dataplane.vpp import base, interfaces, ip, names, neighbors
+from agent.dataplane.vpp import afpacket, base, interfaces, ip, names, neighbors, tap
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
 from agent.dataplane.vpp.tapv2 import TapV2
 from agent.dataplane.vpp.veth_afpacket import VethAfPacket
 from agent.errors import CniError
-from agent.model import IPAddress, PodNetwork, Wiring
+from agent.model import IPAddress, PodKey, PodNetwork, Wiring
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,30 @@ class VppDataplane:
             if neigh.get((sw_if_index, str(addr.ip))) != pod_mac:
                 out.append(f"VPP neighbor {addr.ip} -> {pod_mac} is missing")
         return out
+
+    def tag(self, key: PodKey) -> str:
+        return names.pod_tag(key)
+
+    def remove_orphan(self, name: str) -> None:
+        """Removes a tagged VPP interface no record explains, whichever mode created it."""
+        self._ensure()
+        itf = interfaces.by_name(self.api, name)
+        if itf is None:
+            return
+        sw = itf.sw_if_index
+        for (nsw, nip), mac in neighbors.dump(self.api, sw).items():
+            neighbors.delete(self.api, nsw, ipaddress.ip_address(nip), mac)
+        for ipv6 in (False, True):
+            for dst, route in ip.routes(self.api, self.cfg.pod_vrf_id, ipv6).items():
+                if sw in route.sw_if_indexes:
+                    ip.delete_route(self.api, self.cfg.pod_vrf_id, dst)
+        if sw in tap.dump(self.api):
+            tap.delete(self.api, sw)
+            return
+        for host, host_sw in afpacket.dump(self.api).items():
+            if host_sw == sw:
+                afpacket.delete(self.api, host)
+                netlink.delete_link(host)
 
     def owned(self) -> dict[str, str]:
         self._ensure()

@@ -1,0 +1,61 @@
+"""Reconcile on the VPP dataplane: live pods are kept, unrecorded VPP interfaces are removed.
+
+Plan: after an agent "restart" (a new PodManager over the same store and VPP), reconcile keeps a
+live pod wired exactly as before (its VPP interface name differs from its veth name, and real
+container IDs are 64 characters, so the VPP tag is shortened: matching must go by the driver's
+own tag), removes a tagged interface that no record explains together with its route and
+neighbor, and removes an unfinished ADD's record and address.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from agent import podside
+from agent.dataplane import UndoStack
+from agent.dataplane.vpp import VppDataplane, names
+from agent.model import PodRecord
+from agent.pods import PodManager
+from agent.pools import Pools
+from agent.reconcile import reconcile
+from agent.request import CniRequest
+from ipam import IPAMConfig, node_networks
+from tests.fakevpp import FakeVPP
+from tests.helpers.memstore import MemoryStore
+from tests.vpp.conftest import pod
+
+CONTAINER = "a" * 64  # a real runtime's container ID length
+
+
+def manager(store: MemoryStore, dp: VppDataplane) -> PodManager:
+    networks = node_networks(IPAMConfig(), 1)
+    return PodManager(1, store, dp, Pools(networks), 1450, pod_side=podside)
+
+
+def test_reconcile_keeps_live_pods_and_removes_orphans(
+    fake: FakeVPP, driver_factory: Callable[..., VppDataplane], pod_ns: str, pod_ns2: str
+) -> None:
+    dp = driver_factory(use_tap=False)
+    dp.start()
+    store = MemoryStore()
+    first = manager(store, dp)
+    live = first.add(CniRequest("ADD", "1.0.0", CONTAINER, "eth0", pod_ns, {}))
+    orphan = pod(pod_ns2, "10.1.1.200/32")
+    dp.attach(orphan, UndoStack())  # wired but never recorded (an agent died mid-ADD)
+    unfinished = PodRecord("b" * 64, "eth0", pod_ns2, ["10.1.1.77/32"], ["10.1.1.1"],
+                           state="adding", created=time.time())
+    store.put_pod(1, unfinished)
+
+    restarted = manager(store, driver_factory(use_tap=False))
+    report = reconcile(restarted)
+
+    assert report.live == 1 and not report.errors, report.to_json()
+    assert restarted.live_problems(store.get_pod(1, live.key)) == []  # type: ignore[arg-type]
+    assert fake.interface_by_tag(names.pod_tag(live.key)) is not None
+    assert fake.interface_by_tag(names.pod_tag(orphan.key)) is None
+    assert len(report.removed_orphans) == 1
+    assert (1, "10.1.1.200/32") not in fake.routes(1)
+    assert report.removed_unfinished == [str(unfinished.key)]
+    assert store.get_pod(1, unfinished.key) is None
+    assert "10.1.1.77/32" not in {a for (_, a) in store.allocations}
