@@ -188,7 +188,7 @@ def make_dataplane(cfg: AgentConfig, networks: NodeNetworks) -> Dataplane:
     if cfg.dataplane == "kernel":
         from agent.dataplane.kernel import KernelDataplane
 
-        return KernelDataplane(gateways, cfg.mtu, cfg.gateway_interface)
+        return KernelDataplane(gateways, cfg.mtu, cfg.gateway_interface, cfg.host_interface_prefix)
     from agent.dataplane.vpp import VppDataplane, vpp_config
 
     return VppDataplane(vpp_config(cfg, networks))

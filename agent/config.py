@@ -45,6 +45,7 @@ class AgentConfig:
     http_address: str = "0.0.0.0:9999"
     dataplane: str = "kernel"
     gateway_interface: str = "vswitch0"
+    host_interface_prefix: str = "vsw"
     vpp_api_socket: str = "/run/vpp/api.sock"
     vpp_api_dir: str = ""
     workers: int = 16
@@ -149,6 +150,14 @@ def _ifname(key: str, v: object) -> str:
     return s
 
 
+def _host_prefix(key: str, v: object) -> str:
+    s = _str(key, v)
+    # The host end is the prefix plus 11 hex digits of the attachment's hash: 15 bytes at most.
+    if len(s.encode()) > 4 or not s.isalnum():
+        raise ConfigError(key, v, "must be 1 to 4 letters or digits")
+    return s
+
+
 def _tap_version(key: str, v: object) -> int:
     if v != 2:
         raise ConfigError(key, v, "only TAP version 2 (virtio) exists in current VPP releases")
@@ -174,6 +183,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("HTTPAddress", "http_address", _http_address),
         ("Dataplane", "dataplane", _dataplane),
         ("GatewayInterface", "gateway_interface", _ifname),
+        ("HostInterfacePrefix", "host_interface_prefix", _host_prefix),
         ("VPPAPISocket", "vpp_api_socket", _abs_path),
         ("VPPAPIDir", "vpp_api_dir", _any_str),
         ("Workers", "workers", _int_range(1, 256)),

@@ -104,6 +104,8 @@ def agent_config(
         "HTTPAddress": f"127.0.0.1:{free_port()}",
         "Dataplane": "kernel",
         "GatewayInterface": f"vsgw{suffix}",
+        # Agents of concurrent test runs share this namespace: each owns only its own links.
+        "HostInterfacePrefix": f"t{suffix[:3]}",
         "MTUSize": 1400,
         "IPAMConfig": {"PodSubnetCIDR": pod_subnet, "PodNetworkPrefixLen": 24},
     }

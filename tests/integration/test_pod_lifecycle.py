@@ -167,7 +167,8 @@ def test_bad_requests_leave_nothing(
     assert out.returncode != 0
     assert out.json["code"] == code, out.stdout
     assert named in out.json["msg"] + out.json.get("details", "")
-    assert host_links().count("vsw") == before.count("vsw")
+    prefix = agent.config["HostInterfacePrefix"]
+    assert host_links().count(prefix) == before.count(prefix)
     _, allocations = agent.get("/v1/allocations")
     assert request["container_id"] not in str(allocations)
     # The agent is still serving.
