@@ -49,7 +49,7 @@ def reference_plugins() -> Path:
 
 
 @pytest.fixture
-def make_netns() -> Iterator[Callable[[], Path]]:
+def netns_factory() -> Iterator[Callable[[], Path]]:
     """Factory of fresh named network namespaces; all are removed when the test ends."""
     created: list[str] = []
 
@@ -79,10 +79,10 @@ def libcni_cache(tmp_path: Path) -> Path:
 @pytest.fixture
 def reference_libcni(
     libcni_driver: Path, reference_plugins: Path, libcni_cache: Path,
-    make_netns: Callable[[], Path],
+    netns_factory: Callable[[], Path],
 ) -> Libcni:
     """libcni over the reference plugins, run inside its own 'host' namespace.
 
     Bridges and host-side veth ends then live in a namespace the test owns, never on the machine.
     """
-    return Libcni(libcni_driver, [reference_plugins], libcni_cache, netns_path=make_netns())
+    return Libcni(libcni_driver, [reference_plugins], libcni_cache, netns_path=netns_factory())

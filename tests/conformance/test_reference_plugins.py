@@ -110,9 +110,10 @@ def test_version_lists_1_1_0(reference_libcni: Libcni) -> None:
 
 @pytest.mark.parametrize("version", ATTACH_VERSIONS)
 def test_add_check_status_del(
-    version: str, reference_libcni: Libcni, bridge_net: BridgeNet, make_netns: Callable[[], Path],
+    version: str, reference_libcni: Libcni, bridge_net: BridgeNet,
+    netns_factory: Callable[[], Path],
 ) -> None:
-    pod = make_netns()
+    pod = netns_factory()
     cid = f"ctr-{secrets.token_hex(8)}"
     conflist = bridge_net.conflist(version)
 
@@ -134,11 +135,11 @@ def test_add_check_status_del(
 
 
 def _two_pods(libcni: Libcni, conflist: dict[str, Any],
-              make_netns: Callable[[], Path]) -> dict[str, tuple[Path, str]]:
+              netns_factory: Callable[[], Path]) -> dict[str, tuple[Path, str]]:
     """ADD two pods; {container ID: (netns, IP)}."""
     pods = {}
     for _ in range(2):
-        cid, pod = f"ctr-{secrets.token_hex(8)}", make_netns()
+        cid, pod = f"ctr-{secrets.token_hex(8)}", netns_factory()
         rc, result = libcni.add(conflist, cid, pod)
         assert rc == 0, result
         pods[cid] = (pod, _pod_ip(result, pod).split("/")[0])
@@ -146,10 +147,10 @@ def _two_pods(libcni: Libcni, conflist: dict[str, Any],
 
 
 def test_gc_deletes_stale_cached_attachments(
-    reference_libcni: Libcni, bridge_net: BridgeNet, make_netns: Callable[[], Path],
+    reference_libcni: Libcni, bridge_net: BridgeNet, netns_factory: Callable[[], Path],
 ) -> None:
     conflist = bridge_net.conflist("1.1.0")
-    pods = _two_pods(reference_libcni, conflist, make_netns)
+    pods = _two_pods(reference_libcni, conflist, netns_factory)
     (keep, (keep_ns, keep_ip)), (_, (drop_ns, _)) = pods.items()
 
     assert reference_libcni.gc(conflist, [(keep, "eth0")]) == (0, {})
@@ -162,13 +163,13 @@ def test_gc_deletes_stale_cached_attachments(
 
 @pytest.mark.parametrize("key", ["valid-attachments", "attachments"])
 def test_gc_with_one_key_reaches_the_plugins(
-    key: str, reference_libcni: Libcni, bridge_net: BridgeNet, make_netns: Callable[[], Path],
+    key: str, reference_libcni: Libcni, bridge_net: BridgeNet, netns_factory: Callable[[], Path],
 ) -> None:
     # The driver's single-key GC skips libcni's cache walk and only sends GC. bridge and
     # host-local 1.9.1 accept GC but implement none (skel answers success), so nothing is freed;
     # what this proves is that the path runs and a plugin's GC answer comes back.
     conflist = bridge_net.conflist("1.1.0")
-    pods = _two_pods(reference_libcni, conflist, make_netns)
+    pods = _two_pods(reference_libcni, conflist, netns_factory)
     keep = next(iter(pods))
 
     assert reference_libcni.gc(conflist, [(keep, "eth0")], key=key) == (0, {})
@@ -179,17 +180,17 @@ def test_gc_with_one_key_reaches_the_plugins(
 
 
 def test_unsupported_version_is_code_1(
-    reference_libcni: Libcni, bridge_net: BridgeNet, make_netns: Callable[[], Path],
+    reference_libcni: Libcni, bridge_net: BridgeNet, netns_factory: Callable[[], Path],
 ) -> None:
-    rc, out = reference_libcni.add(bridge_net.conflist("0.9.9"), "ctr-badversion", make_netns())
+    rc, out = reference_libcni.add(bridge_net.conflist("0.9.9"), "ctr-badversion", netns_factory())
     assert rc == 1
     assert out["code"] == 1, out
 
 
 def test_check_of_removed_interface_fails_with_a_code(
-    reference_libcni: Libcni, bridge_net: BridgeNet, make_netns: Callable[[], Path],
+    reference_libcni: Libcni, bridge_net: BridgeNet, netns_factory: Callable[[], Path],
 ) -> None:
-    pod = make_netns()
+    pod = netns_factory()
     cid = f"ctr-{secrets.token_hex(8)}"
     conflist = bridge_net.conflist("1.1.0")
     rc, result = reference_libcni.add(conflist, cid, pod)
@@ -205,10 +206,11 @@ def test_check_of_removed_interface_fails_with_a_code(
 
 @pytest.mark.parametrize("version", ATTACH_VERSIONS)
 def test_chained_portmap_and_tuning(
-    version: str, reference_libcni: Libcni, bridge_net: BridgeNet, make_netns: Callable[[], Path],
+    version: str, reference_libcni: Libcni, bridge_net: BridgeNet,
+    netns_factory: Callable[[], Path],
 ) -> None:
     assert reference_libcni.netns_path is not None
-    host, pod = reference_libcni.netns_path, make_netns()
+    host, pod = reference_libcni.netns_path, netns_factory()
     cid = f"ctr-{secrets.token_hex(8)}"
     conflist = bridge_net.conflist(version, PORTMAP_CONF, TUNING_CONF)
     mappings = {"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]}
