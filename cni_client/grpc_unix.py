@@ -34,7 +34,7 @@ STREAM_ID = 1  # one call per connection: always the first client stream
 # Our receive window: large enough that small replies never wait, small enough that a 1 MiB
 # reply exercises WINDOW_UPDATE. We re-open the window whenever half of it has been used.
 RECV_WINDOW = 1 << 18
-MAX_FRAME = 1 << 24  # sanity bound on incoming frame length (we announce the default 16 KiB)
+MAX_FRAME = 16384  # SETTINGS_MAX_FRAME_SIZE: we keep the default, so larger frames are errors
 MAX_MESSAGE = 64 << 20
 
 _RST_TO_STATUS = {7: UNAVAILABLE, 8: CANCELLED, 11: RESOURCE_EXHAUSTED, 12: PERMISSION_DENIED}
@@ -358,7 +358,7 @@ class _Stream:
         payload, problem = self._message()
         if status_text is None or not status_text.isdigit():
             return CallResult(INTERNAL, problem or "agent reply carries no grpc-status",
-                              payload, trailers)
+                              None, trailers)
         if problem:
             return CallResult(INTERNAL, problem, None, trailers)
         return CallResult(int(status_text), message, payload, trailers)
