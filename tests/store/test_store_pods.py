@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from pyetcd import MultiEndpointEtcd3Client
@@ -194,8 +195,23 @@ def test_frozen_etcd_gives_try_again_later_not_a_hang(etcd: EtcdServer, prefix: 
     try:
         store.ping()
         proc.send_signal(signal.SIGSTOP)
+        _wait_stopped(proc.pid)
         with pytest.raises(TryAgainLater):
             store.get_pod(1, PodKey("c1", "eth0"))
     finally:
         proc.send_signal(signal.SIGCONT)
         store.close()
+
+
+def _wait_stopped(pid: int) -> None:
+    """A stop signal takes effect asynchronously: wait until every thread of `pid` is stopped."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = [
+            Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            for tid in os.listdir(f"/proc/{pid}/task")
+        ]
+        if all(state == "T" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"etcd {pid} did not stop")
