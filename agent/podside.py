@@ -101,11 +101,16 @@ def _route_via(ipr: IPRoute, index: int, gateway: IPAddress, gateway_mac: str) -
         state=NUD_PERMANENT,
         family=_family(gateway),
     )
+    # Each attachment's routes carry its own metric (its interface index), so a second
+    # interface of the same pod (same gateway, other device) adds routes next to the first
+    # one's instead of replacing them; the older interface keeps the lower metric and so the
+    # default route, and deleting either leaves the other's routes in place.
     ipr.route(
         "replace",
         dst=f"{gateway}/{_host_prefix(gateway)}",
         oif=index,
         scope=SCOPE_LINK,
+        priority=index,
         family=_family(gateway),
     )
     ipr.route(
@@ -113,6 +118,7 @@ def _route_via(ipr: IPRoute, index: int, gateway: IPAddress, gateway_mac: str) -
         dst=_default(gateway),
         gateway=str(gateway),
         oif=index,
+        priority=index,
         family=_family(gateway),
     )
 

@@ -14,7 +14,7 @@ Test plan:
 - DEL of a container the agent never saw succeeds (DEL is idempotent, best effort).
 - CHECK fails with a CNI code when the pod interface was removed behind the agent's back.
 - Two interfaces (eth0, net1) of one container are two attachments: own IPs, DEL of one leaves
-  the other passing CHECK. (Strict xfail: today net1's routes replace eth0's; see the marker.)
+  the other passing CHECK.
 - GC (1.1.0), with both keys (as libcni sends) and with only `cni.dev/valid-attachments` or only
   the older `cni.dev/attachments`: the listed attachment survives (CHECK passes), the unlisted one
   is removed (its interface is gone, its CHECK fails with a CNI code). GC runs from an empty libcni
@@ -241,9 +241,6 @@ def test_check_fails_when_the_pod_interface_is_gone(agent: AgentHandle, lib: Lib
     assert_ok(lib.delete(conf, cid, pod))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug (agent/podside): the second interface's ADD replaces the pod's gateway and default "
-    "routes (same gateway, other device), so the first attachment fails CHECK with code 103"))
 def test_two_interfaces_of_one_container_are_separate(
     agent: AgentHandle, lib: Libcni, netns_factory: Callable[[], Path],
     pod_subnet: ipaddress.IPv4Network,
@@ -261,6 +258,8 @@ def test_two_interfaces_of_one_container_are_separate(
             ips[ifname] = ipaddress.ip_interface(ip["address"]).ip
             assert result["interfaces"][ip["interface"]]["name"] == ifname, result
         assert ips["eth0"] != ips["net1"] and {*ips.values()} <= {*pod_subnet}
+        assert_ok(lib.check(conf, cid, pod, "eth0"))
+        assert_ok(lib.check(conf, cid, pod, "net1"))
         assert_ok(lib.delete(conf, cid, pod, "net1"))
         assert link_state(pod, "net1") is None
         assert_ok(lib.check(conf, cid, pod, "eth0"))
