@@ -26,9 +26,13 @@ from agent.model import PodKey, PodNetwork  # noqa: E402
 from tests.fakevpp import FakeVPP  # noqa: E402
 from tests.helpers.netns import entered, named_netns, unique  # noqa: E402
 
-API_DIR = "/work/shared/vpp-api/26.06"
+# VPP 26.06's message definitions live in the steering repo's shared/ folder, which CI places
+# beside the clone; VSWITCH_VPP_API_DIR overrides. A missing folder fails the tests loudly.
+API_DIR = os.environ.get(
+    "VSWITCH_VPP_API_DIR", os.path.join(os.path.dirname(_ROOT), "shared", "vpp-api", "26.06")
+)
 if not os.path.isdir(API_DIR):
-    API_DIR = os.path.join(_ROOT, "tests", "fakevpp", "api")
+    API_DIR = "/work/shared/vpp-api/26.06"
 
 
 @pytest.fixture
