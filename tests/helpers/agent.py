@@ -59,6 +59,12 @@ class AgentHandle:
         except json.JSONDecodeError:
             return status, body
 
+    def allocated(self) -> set[str]:
+        """The addresses the agent's REST view lists as allocated (no prefix length)."""
+        status, body = self.get("/v1/allocations")
+        assert status == 200, body
+        return {ip.split("/")[0] for ip in body["allocations"]}
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
