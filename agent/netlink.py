@@ -33,9 +33,10 @@ from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink import NETLINK_ROUTE
 
 from agent.errors import CniError, DataplaneFailure, InternalError, InvalidEnvironment
-from agent.model import PodKey
+from agent.model import IPInterface, PodKey
 
 CLONE_NEWNET = 0x40000000
+IFA_F_NODAD = 0x02  # IPv6: skip duplicate address detection
 NS_GET_NSTYPE = 0xB703  # ioctl on a namespace fd: returns its CLONE_NEW* type
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -260,3 +261,22 @@ def links_with_alias_prefix(prefix: str) -> dict[str, str]:
             if alias and str(alias).startswith(prefix):
                 found[str(link.get_attr("IFLA_IFNAME"))] = str(alias)
     return found
+
+
+def add_address(ipr: IPRoute, index: int, iface: IPInterface) -> None:
+    """Adds an address; an address already in place is fine (retries and restarts find it).
+
+    IPv6 addresses skip duplicate address detection: they are usable at once, and IPAM already
+    guarantees uniqueness.
+    """
+    try:
+        ipr.addr(
+            "add",
+            index=index,
+            address=str(iface.ip),
+            prefixlen=iface.network.prefixlen,
+            flags=IFA_F_NODAD if iface.version == 6 else 0,
+        )
+    except NetlinkError as exc:
+        if exc.code != errno.EEXIST:
+            raise

@@ -24,9 +24,8 @@ from pyroute2 import IPRoute, NetlinkError
 
 from agent.errors import InternalError, InvalidEnvironment, PodSideFailure
 from agent.model import IPAddress, PodNetwork
-from agent.netlink import ifindex, pod_ns, translated
+from agent.netlink import add_address, ifindex, pod_ns, translated
 
-IFA_F_NODAD = 0x02
 NUD_PERMANENT = 0x80
 SCOPE_LINK = 253
 IFF_UP = 0x1
@@ -66,30 +65,12 @@ def configure(pod: PodNetwork, gateway_mac: str) -> str:
             ipr.link("set", index=index, mtu=pod.mtu, state="up")
         for iface in pod.addresses:
             with translated(f"adding address {iface} to {name}", PodSideFailure):
-                _add_address(ipr, index, iface)
+                add_address(ipr, index, iface)
         for gateway in pod.gateways:
             with translated(f"routing {name} via gateway {gateway}", PodSideFailure):
                 _route_via(ipr, index, gateway, gateway_mac)
         with translated(f"reading the MAC of {name}", PodSideFailure):
             return str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
-
-
-def _add_address(
-    ipr: IPRoute, index: int, iface: ipaddress.IPv4Interface | ipaddress.IPv6Interface
-) -> None:
-    # v6 without DAD: the address is usable at once, and IPAM already guarantees uniqueness
-    flags = IFA_F_NODAD if iface.version == 6 else 0
-    try:
-        ipr.addr(
-            "add",
-            index=index,
-            address=str(iface.ip),
-            prefixlen=iface.network.prefixlen,
-            flags=flags,
-        )
-    except NetlinkError as exc:
-        if exc.code != errno.EEXIST:  # a retried ADD finds its address in place
-            raise
 
 
 def _route_via(ipr: IPRoute, index: int, gateway: IPAddress, gateway_mac: str) -> None:

@@ -192,9 +192,8 @@ def result_reply(record: PodRecord, version: str) -> cni_pb2.CNIReply:
             )
         )
         routes.append(cni_pb2.Route(dst="::/0" if v6 else "0.0.0.0/0", gw=gateway))
-    host_if = cni_pb2.Interface(
-        name=wiring.get("host_ifname", ""), mac=wiring.get("extra", {}).get("host_mac", "")
-    )
+    # The host end's own MAC is not recorded (for VPP it is not the gateway MAC): name only.
+    host_if = cni_pb2.Interface(name=wiring.get("host_ifname", ""))
     return cni_pb2.CNIReply(
         result=0, interfaces=[host_if, pod_if], routes=routes, cni_version=version
     )

@@ -78,7 +78,7 @@ class KernelDataplane:
             with netlink.host_ns() as ipr, netlink.translated("setting up the gateway interface"):
                 index = self._gateway_link(ipr)
                 for gw in self.gateways:
-                    _add_gateway_address(ipr, index, gw)
+                    netlink.add_address(ipr, index, gw)
                 ipr.link("set", index=index, state="up")
             with netlink.translated("enabling IP forwarding"):
                 # only for the families we route: IPv6 forwarding makes the node ignore router
@@ -170,20 +170,6 @@ class KernelDataplane:
             for name, tag in netlink.links_with_alias_prefix(OWNER_PREFIX).items()
             if name.startswith(self.host_prefix)
         }
-
-
-def _add_gateway_address(ipr: IPRoute, index: int, gw: IPInterface) -> None:
-    try:
-        ipr.addr(
-            "add",
-            index=index,
-            address=str(gw.ip),
-            prefixlen=gw.network.prefixlen,
-            flags=0x02 if gw.version == 6 else 0,  # IFA_F_NODAD: usable at once
-        )
-    except NetlinkError as exc:
-        if exc.code != errno.EEXIST:  # start() is idempotent
-            raise
 
 
 def _route_deleter(dst: str, index: int) -> Callable[[], None]:

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from agent.dataplane.kernel import KernelDataplane
+from tests.dataplane.pods import Subnets, started_driver
 from tests.helpers.netns import entered, named_netns
 
 
@@ -24,3 +26,14 @@ def node_ns() -> Iterator[str]:
 def pod_netns() -> Iterator[str]:
     with named_netns("tpod") as path:
         yield path
+
+
+@pytest.fixture
+def subnets() -> Subnets:
+    return Subnets.pick()
+
+
+@pytest.fixture
+def dp(node_ns: str, subnets: Subnets) -> Iterator[KernelDataplane]:
+    with started_driver(node_ns, subnets) as driver:
+        yield driver

@@ -9,25 +9,12 @@ configure and is idempotent, also when the namespace is gone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from agent import podside
 from agent.dataplane.kernel import KernelDataplane
-from tests.dataplane.pods import Subnets, started_driver, wire
+from tests.dataplane.pods import Subnets, wire
 from tests.helpers.netns import named_netns, ping, process_netns, run_in, unique
-
-
-@pytest.fixture
-def subnets() -> Subnets:
-    return Subnets.pick()
-
-
-@pytest.fixture
-def dp(node_ns: str, subnets: Subnets) -> Iterator[KernelDataplane]:
-    with started_driver(node_ns, subnets) as driver:
-        yield driver
 
 
 def test_two_pods_reach_each_other_gateway_and_node(

@@ -9,7 +9,6 @@ work and leave nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
@@ -18,19 +17,8 @@ from agent import podside
 from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
 from agent.errors import InternalError, InvalidConfig, InvalidEnvironment, PodSideFailure
-from tests.dataplane.pods import Subnets, started_driver, wire
+from tests.dataplane.pods import Subnets, wire
 from tests.helpers.netns import NodeExecutor, named_netns, ping, run_in, unique
-
-
-@pytest.fixture
-def subnets() -> Subnets:
-    return Subnets.pick()
-
-
-@pytest.fixture
-def dp(node_ns: str, subnets: Subnets) -> Iterator[KernelDataplane]:
-    with started_driver(node_ns, subnets) as driver:
-        yield driver
 
 
 def node_is_clean(node_ns: str, dp: KernelDataplane) -> None:

@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,13 +26,9 @@ from typing import Any
 
 import yaml
 
+from tests.helpers.etcd import free_port
+
 AGENT = [sys.executable, "-m", "agent.main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -1,23 +1,16 @@
 """Fixtures for the store tests: real etcd on loopback, always stopped and removed again.
-
-The repository root is put on sys.path so that `tests.helpers` imports under a plain `pytest`.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from agent.store import Store  # noqa: E402
-from tests.helpers.etcd import EtcdCluster, EtcdServer  # noqa: E402
+from agent.store import Store
+from tests.helpers.etcd import EtcdCluster, EtcdServer
 
 
 @pytest.fixture

@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+from agent.dataplane.vpp import VppConfig, VppDataplane
+from agent.model import PodKey, PodNetwork
+from tests.fakevpp import FakeVPP
+from tests.helpers.netns import entered, named_netns, unique
 
-from agent.dataplane.vpp import VppConfig, VppDataplane  # noqa: E402
-from agent.model import PodKey, PodNetwork  # noqa: E402
-from tests.fakevpp import FakeVPP  # noqa: E402
-from tests.helpers.netns import entered, named_netns, unique  # noqa: E402
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # VPP 26.06's message definitions live in the steering repo's shared/ folder, which CI places
 # beside the clone; VSWITCH_VPP_API_DIR overrides. A missing folder fails the tests loudly.
