@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Protocol, TypeVar
 
-from agent import podside
+from agent import failpoints, podside
 from agent.dataplane import Dataplane, UndoStack
 from agent.errors import CniError, InternalError, UnknownContainer
 from agent.locks import KeyedLocks
@@ -145,9 +145,11 @@ class PodManager:
     def _phase(self, name: str, step: Callable[[], T]) -> T:
         start = time.perf_counter()
         try:
-            return step()
+            result = step()
         finally:
             self.metrics.phase(name, time.perf_counter() - start)
+        failpoints.hit(f"add:{name}")
+        return result
 
     def _stale_sandbox(self, req: CniRequest) -> PodRecord | None:
         """An older sandbox of the same pod (namespace/name, same ifname) left behind."""
@@ -180,8 +182,11 @@ class PodManager:
     def teardown(self, record: PodRecord) -> None:
         wiring = Wiring(**record.wiring) if record.wiring else None
         self.dataplane.detach(record.network(), wiring)
+        failpoints.hit("del:detach")
         self.store.delete_pod(self.node_id, record.key)
+        failpoints.hit("del:delete")
         self.pools.release(record.addresses)
+        failpoints.hit("del:release")
 
     def live_problems(self, record: PodRecord) -> list[str]:
         """What the dataplane and the pod netns lack compared with a ready record."""

@@ -114,7 +114,13 @@ def agent_config(
     return config
 
 
-def start_agent(tmp_path: Path, config: dict[str, Any], name: str = "agent") -> AgentHandle:
+def start_agent(
+    tmp_path: Path,
+    config: dict[str, Any],
+    name: str = "agent",
+    env: Mapping[str, str] | None = None,
+) -> AgentHandle:
+    """Starts the agent process; `env` adds variables (e.g. VSWITCH_FAILPOINTS)."""
     config_path = tmp_path / f"{name}.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log_path = tmp_path / f"{name}.log"
@@ -124,6 +130,7 @@ def start_agent(tmp_path: Path, config: dict[str, Any], name: str = "agent") -> 
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=Path(__file__).resolve().parents[2],
+            env={**os.environ, **(env or {})},
         )
     return AgentHandle(
         process=process,
