@@ -66,6 +66,7 @@ def agent(workdir: Path, etcd_url: str) -> Iterator[dict[str, Any]]:
         "NodeName": "demo-node",
         "EtcdEndpoints": [etcd_url],
         "CNISocket": str(workdir / "cni.sock"),
+        "StateDir": str(workdir / "state"),
         "HTTPAddress": "127.0.0.1:29999",
         "Dataplane": "kernel",
         "GatewayInterface": "vswdemo0",

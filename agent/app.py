@@ -23,6 +23,7 @@ import grpc
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
 from agent.errors import Degraded, NotReady
+from agent.journal import DeleteJournal
 from agent.metrics import Metrics
 from agent.nodes import NodeIdentity
 from agent.pods import PodManager
@@ -79,12 +80,15 @@ class Agent:
         self.dataplane = make_dataplane(cfg, self.networks)
         self.dataplane.start()
         pools = Pools(self.networks)
+        journal = DeleteJournal(os.path.join(cfg.state_dir, "pending-deletes"))
         self.pods = PodManager(
-            self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics
+            self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics, journal=journal
         )
         # Every pod holds one address of the first family, so the pool's use counts the pods.
         self.metrics.gauge("vswitch_cni_pods", lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
+        self.metrics.gauge("vswitch_cni_pending_deletes", lambda: float(len(journal)))
         self.report = reconcile(self.pods)
+        self.pods.start_drainer()
         self._serve_cni(CniService(self.pods, self.status))
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
@@ -117,6 +121,8 @@ class Agent:
                 os.unlink(self.config.cni_socket)
         if self._rest is not None:
             self._rest.stop()
+        if self.pods is not None:
+            self.pods.stop()
         if self.dataplane is not None:
             self.dataplane.close()
         self.store.close()

@@ -46,6 +46,7 @@ class AgentConfig:
     dataplane: str = "kernel"
     gateway_interface: str = "vswitch0"
     host_interface_prefix: str = "vsw"
+    state_dir: str = "/var/lib/vswitch-cni"
     vpp_api_socket: str = "/run/vpp/api.sock"
     vpp_api_dir: str = ""
     workers: int = 16
@@ -184,6 +185,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("Dataplane", "dataplane", _dataplane),
         ("GatewayInterface", "gateway_interface", _ifname),
         ("HostInterfacePrefix", "host_interface_prefix", _host_prefix),
+        ("StateDir", "state_dir", _abs_path),
         ("VPPAPISocket", "vpp_api_socket", _abs_path),
         ("VPPAPIDir", "vpp_api_dir", _any_str),
         ("Workers", "workers", _int_range(1, 256)),

@@ -12,11 +12,19 @@ stack unwinds, so a failed ADD leaves no interface, route, address or record beh
 A record in state "adding" therefore means an ADD that never answered success; reconcile
 treats it as garbage. Requests for one (container ID, ifname) run one at a time; different pods
 run in parallel (agent/locks).
+
+The manager also keeps the node's records in memory (loaded at reconcile, updated by every
+ADD and DEL: this agent is their only writer). etcd stays the truth for every decision; the copy
+finds a pod's older sandbox without listing etcd on every ADD, and lets a DEL tear a pod down
+while etcd is unreachable (agent/journal keeps the release until etcd is back).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -24,7 +32,8 @@ from typing import Protocol, TypeVar
 
 from agent import failpoints, podside
 from agent.dataplane import Dataplane, UndoStack
-from agent.errors import CniError, InternalError, UnknownContainer
+from agent.errors import CniError, InternalError, TryAgainLater, UnknownContainer
+from agent.journal import DeleteJournal
 from agent.locks import KeyedLocks
 from agent.metrics import Metrics
 from agent.model import PodKey, PodNetwork, PodRecord, Wiring
@@ -39,8 +48,12 @@ class PodStore(Protocol):
     """The part of agent/store the lifecycle uses (etcd in production)."""
 
     def put_pod(self, node_id: int, record: PodRecord) -> None: ...
-    def update_pod(self, node_id: int, record: PodRecord) -> None: ...
-    def delete_pod(self, node_id: int, key: PodKey) -> PodRecord | None: ...
+    def update_pod(
+        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
+    ) -> None: ...
+    def delete_pod(
+        self, node_id: int, key: PodKey, known: PodRecord | None = None
+    ) -> PodRecord | None: ...
     def get_pod(self, node_id: int, key: PodKey) -> PodRecord | None: ...
     def list_pods(self, node_id: int) -> list[PodRecord]: ...
 
@@ -76,6 +89,7 @@ class PodManager:
         mtu: int,
         metrics: Metrics | None = None,
         pod_side: PodSide = podside,
+        journal: DeleteJournal | None = None,
     ) -> None:
         self.node_id = node_id
         self.store = store
@@ -85,22 +99,37 @@ class PodManager:
         self.metrics = metrics or Metrics()
         self.locks = KeyedLocks()
         self.pod_side = pod_side
+        self.journal = journal
+        self._known: dict[PodKey, PodRecord] = {}
+        self._known_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._drainer: threading.Thread | None = None
 
     # ---- ADD -------------------------------------------------------------------------------
 
     def add(self, req: CniRequest) -> PodRecord:
         with self.locks.hold(req.key):
+            if self.journal is not None and req.key in self.journal:
+                self._drain_key(req.key)  # an older DEL of this key still owes etcd its release
             existing = self.store.get_pod(self.node_id, req.key)
             if existing is not None:
-                if existing.state == "ready" and existing.netns == req.netns:
+                if (
+                    existing.state == "ready"
+                    and existing.netns == req.netns
+                    and netns_matches(existing)
+                ):
                     return existing  # a repeated ADD: answer what was recorded
                 self.teardown(existing)
             stale = self._stale_sandbox(req)
             if stale is not None:
                 with self.locks.hold(stale.key):
-                    log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
-                    self.teardown(stale)
-            return self._add_steps(req)
+                    current = self.store.get_pod(self.node_id, stale.key)
+                    if current is not None:
+                        log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
+                        self.teardown(current)
+            record = self._add_steps(req)
+            self._remember(record)
+            return record
 
     def _add_steps(self, req: CniRequest) -> PodRecord:
         undo = UndoStack()
@@ -119,6 +148,7 @@ class PodManager:
                 cni_version=req.cni_version,
                 mtu=self.mtu,
                 created=time.time(),
+                netns_inode=netns_identity(req.netns),
             )
             # Pushed before the write: a write whose answer is lost (timeout, connection drop)
             # may still have committed, and deleting an absent record is a no-op.
@@ -128,11 +158,12 @@ class PodManager:
             wiring = self._phase("wire", lambda: self.dataplane.attach(pod, undo))
             gateway_mac = wiring.gateway_mac
             pod_mac = self._phase("podside", lambda: self.pod_side.configure(pod, gateway_mac))
+            written = copy.deepcopy(record)
             record.wiring = asdict(
                 Wiring(wiring.host_ifname, pod_mac, wiring.gateway_mac, wiring.extra)
             )
             record.state = "ready"
-            self._phase("commit", lambda: self.store.update_pod(self.node_id, record))
+            self._phase("commit", lambda: self.store.update_pod(self.node_id, record, written))
             return record
         except BaseException as exc:
             failed = undo.unwind()
@@ -155,7 +186,9 @@ class PodManager:
         """An older sandbox of the same pod (namespace/name, same ifname) left behind."""
         if not (req.pod_namespace and req.pod_name):
             return None
-        for record in self.store.list_pods(self.node_id):
+        with self._known_lock:
+            records = list(self._known.values())
+        for record in records:
             if (
                 record.pod_namespace == req.pod_namespace
                 and record.pod_name == req.pod_name
@@ -166,27 +199,124 @@ class PodManager:
                 return record
         return None
 
+    # ---- the in-memory copy of this node's records --------------------------------------------
+
+    def load(self, records: Iterable[PodRecord]) -> None:
+        """Replaces the in-memory copy (reconcile calls this with the surviving records)."""
+        with self._known_lock:
+            self._known = {r.key: r for r in records}
+
+    def _remember(self, record: PodRecord) -> None:
+        with self._known_lock:
+            self._known[record.key] = record
+
+    def _forget(self, key: PodKey) -> None:
+        with self._known_lock:
+            self._known.pop(key, None)
+
     # ---- DEL -------------------------------------------------------------------------------
 
     def delete(self, req: CniRequest) -> None:
-        """Idempotent: succeeds when the netns, the interface or the record is already gone."""
+        """Idempotent: succeeds when the netns, the interface or the record is already gone.
+
+        With etcd unreachable the dataplane is still torn down and the release journaled
+        (agent/journal): the pod is gone at once, etcd and the pools catch up later."""
         with self.locks.hold(req.key):
-            record = self.store.get_pod(self.node_id, req.key)
+            try:
+                record = self.store.get_pod(self.node_id, req.key)
+            except TryAgainLater:
+                if self.journal is None:
+                    raise
+                self._delete_offline(req)
+                return
             if record is None:
                 # Nothing recorded; still remove what a crashed ADD may have left (names are
                 # derived from the key, so the driver can find them without a record).
                 self.dataplane.detach(self._bare_network(req), None)
+                self._forget(req.key)
                 return
-            self.teardown(record)
+            self.teardown(record, journal_if_unreachable=True)
 
-    def teardown(self, record: PodRecord) -> None:
+    def teardown(self, record: PodRecord, journal_if_unreachable: bool = False) -> None:
         wiring = Wiring(**record.wiring) if record.wiring else None
         self.dataplane.detach(record.network(), wiring)
         failpoints.hit("del:detach")
-        self.store.delete_pod(self.node_id, record.key)
+        try:
+            self.store.delete_pod(self.node_id, record.key, known=record)
+        except TryAgainLater:
+            if not (journal_if_unreachable and self.journal is not None):
+                raise
+            self._journal(record.key, record)
+            return
+        self._forget(record.key)
         failpoints.hit("del:delete")
         self.pools.release(record.addresses)
         failpoints.hit("del:release")
+
+    def _delete_offline(self, req: CniRequest) -> None:
+        with self._known_lock:
+            record = self._known.get(req.key)
+        if record is None:
+            self.dataplane.detach(self._bare_network(req), None)
+        else:
+            wiring = Wiring(**record.wiring) if record.wiring else None
+            self.dataplane.detach(record.network(), wiring)
+        failpoints.hit("del:detach")
+        self._journal(req.key, record)
+
+    def _journal(self, key: PodKey, record: PodRecord | None) -> None:
+        assert self.journal is not None
+        self.journal.add(key, record)
+        self._forget(key)
+        log.warning("etcd unreachable: DEL of %s journaled; released once etcd answers", key)
+
+    # ---- the DEL journal -------------------------------------------------------------------
+
+    def drain_journal(self) -> int:
+        """Settles journaled DELs with etcd; returns how many are still pending."""
+        if self.journal is None:
+            return 0
+        for key, _record in self.journal.pending():
+            with self.locks.hold(key):
+                try:
+                    self._drain_key(key)
+                except TryAgainLater:
+                    break
+                except CniError as exc:
+                    log.error("journaled DEL of %s cannot be settled: %s", key, exc)
+        return len(self.journal)
+
+    def _drain_key(self, key: PodKey) -> None:
+        """Deletes a journaled attachment's record and releases its addresses (lock held)."""
+        assert self.journal is not None
+        if key not in self.journal:
+            return
+        journaled = dict(self.journal.pending()).get(key)
+        deleted = self.store.delete_pod(self.node_id, key, known=journaled)
+        gone = deleted or journaled
+        if gone is not None:
+            self.pools.release(gone.addresses)
+        self.journal.remove(key)
+        log.info("journaled DEL of %s settled with etcd", key)
+
+    def start_drainer(self, interval: float = 1.0) -> None:
+        """A background thread that settles journaled DELs while etcd comes back."""
+
+        def run() -> None:
+            while not self._stop.wait(interval):
+                if self.journal is not None and len(self.journal):
+                    try:
+                        self.drain_journal()
+                    except Exception:  # never let the drainer die; it logs and tries again
+                        log.exception("DEL journal drain failed")
+
+        self._drainer = threading.Thread(target=run, name="del-journal", daemon=True)
+        self._drainer.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)
 
     def live_problems(self, record: PodRecord) -> list[str]:
         """What the dataplane and the pod netns lack compared with a ready record."""
@@ -204,7 +334,11 @@ class PodManager:
     def check(self, req: CniRequest) -> PodRecord:
         with self.locks.hold(req.key):
             record = self.store.get_pod(self.node_id, req.key)
-            if record is None or record.state != "ready":
+            if (
+                record is None
+                or record.state != "ready"
+                or (self.journal is not None and req.key in self.journal)
+            ):
                 raise UnknownContainer(f"no attachment {req.key} on this node")
             problems = self._problems(record, req)
             if problems:
@@ -215,6 +349,8 @@ class PodManager:
         problems: list[str] = []
         if record.netns != req.netns:
             problems.append(f"netns is {req.netns!r}, ADD wired {record.netns!r}")
+        elif not netns_matches(record):
+            problems.append(f"{record.netns} is now another network namespace than ADD wired")
         problems += _prev_result_problems(req.config.get("prevResult"), record)
         return problems + self.live_problems(record)
 
@@ -226,7 +362,7 @@ class PodManager:
         removed: list[str] = []
         errors: list[str] = []
         for record in self.store.list_pods(self.node_id):
-            if record.key in keep:
+            if record.key in keep or (self.journal is not None and record.key in self.journal):
                 continue
             try:
                 with self.locks.hold(record.key):
@@ -253,3 +389,20 @@ def _prev_result_problems(prev: object, record: PodRecord) -> list[str]:
         else set()
     )
     return [f"prevResult lacks address {a}" for a in record.addresses if a not in listed]
+
+
+def netns_identity(path: str) -> str:
+    """'device:inode' of a network namespace file, "" when it cannot be read.
+
+    A path alone does not name a namespace for ever: /proc/PID/ns/net points at another one once
+    the PID is reused, and a bind-mount path can be reused by a new sandbox."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def netns_matches(record: PodRecord) -> bool:
+    """The record's netns path still names the namespace ADD wired (unknown inode: trusted)."""
+    return not record.netns_inode or netns_identity(record.netns) == record.netns_inode

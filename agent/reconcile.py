@@ -7,6 +7,8 @@ Rules, in order of how costly a mistake is:
 - A dataplane object carrying our owner tag that no live record explains is removed. Objects
   are matched by the driver's own tag for each record's key, never by parsing a tag back.
 - A live pod whose wiring is incomplete is reported (and re-wired where the driver can).
+- DELs journaled while etcd was unreachable are settled first; one still pending (etcd went
+  away again) keeps its addresses reserved and counts neither as live nor as dead.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.errors import CniError
-from agent.pods import PodManager
+from agent.pods import PodManager, netns_matches
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ class ReconcileReport:
     removed_unfinished: list[str] = field(default_factory=list)
     removed_dead: list[str] = field(default_factory=list)
     removed_orphans: list[str] = field(default_factory=list)
+    pending_deletes: int = 0
     damaged: dict[str, list[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -44,6 +47,7 @@ class ReconcileReport:
             "removedUnfinished": self.removed_unfinished,
             "removedDead": self.removed_dead,
             "removedOrphans": self.removed_orphans,
+            "pendingDeletes": self.pending_deletes,
             "damaged": self.damaged,
             "errors": self.errors,
         }
@@ -53,23 +57,29 @@ def reconcile(pods: PodManager) -> ReconcileReport:
     """Runs once at start, before the CNI socket is opened."""
     report = ReconcileReport(started=time.time())
     start = time.perf_counter()
+    # First: a DEL settled with etcd here is gone from the records listed next.
+    report.pending_deletes = pods.drain_journal()
     records = pods.records()
     report.records = len(records)
     foreign = pods.pools.reserve(a for r in records for a in r.addresses)
     if foreign:
         report.errors.append(f"records hold addresses outside this node's subnets: {foreign}")
     live_tags: set[str] = set()
+    survivors = []
     for record in records:
         name = str(record.key)
+        if pods.journal is not None and record.key in pods.journal:
+            continue  # its DEL happened; etcd still owes the release: addresses stay reserved
         try:
             if record.state != "ready":
                 pods.teardown(record)
                 report.removed_unfinished.append(name)
-            elif not os.path.exists(record.netns):
+            elif not (os.path.exists(record.netns) and netns_matches(record)):
                 pods.teardown(record)
                 report.removed_dead.append(name)
             else:
                 report.live += 1
+                survivors.append(record)
                 live_tags.add(pods.dataplane.tag(record.key))
                 problems = pods.live_problems(record)
                 if problems:
@@ -81,6 +91,7 @@ def reconcile(pods: PodManager) -> ReconcileReport:
     except CniError as exc:
         report.errors.append(f"cannot list the dataplane's objects: {exc}")
         owned = {}
+    pods.load(survivors)
     for obj, tag in owned.items():
         if tag in live_tags:
             continue

@@ -201,11 +201,34 @@ class Store:
     # ---- pods and their allocations (per node) ----------------------------------------------
 
     def put_pod(self, node_id: int, record: PodRecord) -> None:
-        """Writes the record and one allocation key per address, all or nothing."""
-        self._write_pod(node_id, record, must_exist=False)
+        """Creates the record and one allocation key per address, all or nothing.
 
-    def update_pod(self, node_id: int, record: PodRecord) -> None:
-        """Rewrites an existing record (and its allocations, should the addresses change)."""
+        One round trip when nothing is in the way (create-if-absent on every key); otherwise
+        the general path reads what is there and either takes over keys already ours or names
+        the other owner."""
+        pod_key = self._pod_key(node_id, record.key)
+        ips = _ips(record.addresses, pod_key)
+        compare = [tx.Version(pod_key) == 0]
+        compare += [tx.Version(self._alloc_key(node_id, ip)) == 0 for ip in ips]
+        ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
+        ops += [self._alloc_put(node_id, ip, record, time.time()) for ip in ips]
+        if not self._txn(f"create pod {record.key}", compare, ops):
+            self._write_pod(node_id, record, must_exist=False)
+
+    def update_pod(
+        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
+    ) -> None:
+        """Rewrites an existing record (and its allocations, should the addresses change).
+
+        With `previous` (the record as this agent last wrote it) and the same addresses, this
+        is one round trip: the new record replaces the old one only if the old one is still
+        byte for byte `previous`, so its allocation keys are those put_pod wrote with it."""
+        pod_key = self._pod_key(node_id, record.key)
+        if previous is not None and previous.addresses == record.addresses:
+            compare = [tx.Value(pod_key) == dump(previous.to_json_dict())]
+            ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
+            if self._txn(f"update pod {record.key}", compare, ops):
+                return
         self._write_pod(node_id, record, must_exist=True)
 
     def _write_pod(self, node_id: int, record: PodRecord, must_exist: bool) -> None:
@@ -251,20 +274,17 @@ class Store:
                 )
             compare.append(tx.Mod(key) == meta.mod_revision)
             since = float(owner.get("since", since))
-        ops.append(
-            tx.Put(
-                key,
-                dump(
-                    {
-                        "container_id": record.container_id,
-                        "ifname": record.ifname,
-                        "pod_namespace": record.pod_namespace,
-                        "pod_name": record.pod_name,
-                        "since": since,
-                    }
-                ),
-            )
-        )
+        ops.append(self._alloc_put(node_id, ip, record, since))
+
+    def _alloc_put(self, node_id: int, ip: str, record: PodRecord, since: float) -> Any:
+        owner = {
+            "container_id": record.container_id,
+            "ifname": record.ifname,
+            "pod_namespace": record.pod_namespace,
+            "pod_name": record.pod_name,
+            "since": since,
+        }
+        return tx.Put(self._alloc_key(node_id, ip), dump(owner))
 
     def _drop_ip(
         self, node_id: int, ip: str, pod: PodKey, compare: list[Any], ops: list[Any]
@@ -279,9 +299,22 @@ class Store:
             compare.append(tx.Mod(key) == meta.mod_revision)
             ops.append(tx.Delete(key))
 
-    def delete_pod(self, node_id: int, key: PodKey) -> PodRecord | None:
-        """Deletes the record and its allocations together; None if there was none."""
+    def delete_pod(
+        self, node_id: int, key: PodKey, known: PodRecord | None = None
+    ) -> PodRecord | None:
+        """Deletes the record and its allocations together; None if there was none.
+
+        With `known` (the record as read a moment ago) this is one round trip: the record is
+        deleted only if it is still byte for byte what was read, and its allocation keys with
+        it (they are only ever written in the same transaction as the record that lists them).
+        """
         pod_key = self._pod_key(node_id, key)
+        if known is not None:
+            ips = _ips(known.addresses, pod_key)
+            ops = [tx.Delete(pod_key)] + [tx.Delete(self._alloc_key(node_id, ip)) for ip in ips]
+            compare = [tx.Value(pod_key) == dump(known.to_json_dict())]
+            if self._txn(f"delete pod {key}", compare, ops):
+                return known
         for _ in range(_MAX_ROUNDS):
             raw, meta = self._get(pod_key)
             if raw is None:

@@ -102,6 +102,7 @@ def agent_config(
         "EtcdEndpoints": etcd_endpoints,
         "EtcdPrefix": f"/vswitch-cni-test-{suffix}/",
         "CNISocket": str(tmp_path / "run" / "cni.sock"),
+        "StateDir": str(tmp_path / "state"),
         "HTTPAddress": f"127.0.0.1:{free_port()}",
         "Dataplane": "kernel",
         "GatewayInterface": f"vsgw{suffix}",

@@ -29,12 +29,16 @@ class MemoryStore:
                 self.allocations[(node_id, address)] = record.key
             self.pods[(node_id, record.key)] = copy.deepcopy(record)
 
-    def update_pod(self, node_id: int, record: PodRecord) -> None:
+    def update_pod(
+        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
+    ) -> None:
         if (node_id, record.key) not in self.pods:
             raise UnknownContainer(f"no pod record for {record.key}")
         self.put_pod(node_id, record)
 
-    def delete_pod(self, node_id: int, key: PodKey) -> PodRecord | None:
+    def delete_pod(
+        self, node_id: int, key: PodKey, known: PodRecord | None = None
+    ) -> PodRecord | None:
         with self._lock:
             record = self.pods.pop((node_id, key), None)
             if record is not None:

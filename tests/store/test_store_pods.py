@@ -215,3 +215,63 @@ def _wait_stopped(pid: int) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"etcd {pid} did not stop")
+
+
+class _Counting:
+    """Counts the etcd RPCs a Store makes (every RPC goes through Store._call)."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        real = store._call
+
+        def counted(what: str, fn: Callable[[], object]) -> object:
+            self.calls.append(what)
+            return real(what, fn)
+
+        monkeypatch.setattr(store, "_call", counted)
+
+    def take(self) -> list[str]:
+        out, self.calls = self.calls, []
+        return out
+
+
+def test_the_add_and_del_writes_take_one_round_trip_each(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rpc = _Counting(store, monkeypatch)
+    rec = _record("c1", "10.1.1.2/32", "fd00::2/128")
+    store.put_pod(1, rec)
+    assert len(rpc.take()) == 1
+    written = PodRecord.from_json_dict(rec.to_json_dict())
+    rec.state, rec.wiring = "ready", {"host_ifname": "vswx"}
+    store.update_pod(1, rec, written)
+    assert len(rpc.take()) == 1
+    got = store.get_pod(1, rec.key)
+    rpc.take()
+    assert got == rec
+    assert store.delete_pod(1, rec.key, known=got) == rec
+    assert len(rpc.take()) == 1
+    assert store.list_allocations(1) == {} and store.get_pod(1, rec.key) is None
+
+
+def test_stale_knowledge_falls_back_to_the_guarded_path(store: Store) -> None:
+    rec = _record("c1", "10.1.1.2/32")
+    store.put_pod(1, rec)
+    stale = PodRecord.from_json_dict(rec.to_json_dict())
+    rec.state = "ready"
+    store.update_pod(1, rec)  # no `previous`: the general path
+    # `stale` no longer matches etcd: the update still lands, via the re-reading path
+    newer = PodRecord.from_json_dict(rec.to_json_dict())
+    newer.wiring = {"host_ifname": "vswy"}
+    store.update_pod(1, newer, stale)
+    assert store.get_pod(1, rec.key) == newer
+    # and a delete with a stale copy deletes what is really there, allocations included
+    assert store.delete_pod(1, rec.key, known=stale) == newer
+    assert store.list_allocations(1) == {}
+
+
+def test_a_fast_create_never_takes_another_pods_address(store: Store) -> None:
+    store.put_pod(1, _record("c1", "10.1.1.2/32"))
+    with pytest.raises(IPAMFailure, match=r"10\.1\.1\.2"):
+        store.put_pod(1, _record("c2", "10.1.1.2/32"))
+    assert store.get_pod(1, PodKey("c2", "eth0")) is None

@@ -1,0 +1,201 @@
+"""etcd unreachable: ADD fails with 11 and leaves nothing; DEL still tears the pod down and the
+release it owes etcd is journaled on disk, settled by the drainer once etcd is back, or by the
+next agent's reconcile if this one dies first. Nothing leaked, nothing handed out twice.
+
+Real pieces in this process: an own etcd (stopped and started), the kernel dataplane in this
+machine's namespace, pod sides in fresh test namespaces; a lifecycle PodManager per "agent".
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from agent.dataplane.kernel import KernelDataplane
+from agent.errors import TryAgainLater, UnknownContainer
+from agent.journal import DeleteJournal
+from agent.pods import PodManager
+from agent.pools import Pools
+from agent.reconcile import reconcile
+from agent.request import CniRequest
+from agent.store import Store
+from ipam import IPAMConfig, node_networks
+from tests.helpers.etcd import EtcdServer
+
+SUBNET = "10.236.0.0/16"
+T = TypeVar("T")
+
+
+@pytest.fixture
+def etcd() -> Iterator[EtcdServer]:
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture
+def node(etcd: EtcdServer, tmp_path: Path) -> Iterator[Callable[[], PodManager]]:
+    """Builds "agents" for one node: same etcd prefix, gateway link and state dir."""
+    cfg, _ = IPAMConfig.from_mapping({"PodSubnetCIDR": SUBNET})
+    networks = node_networks(cfg, 1)
+    prefix = networks.pod_subnets[0].prefixlen
+    gateways = [ipaddress.ip_interface(f"{networks.gateways[0]}/{prefix}")]
+    suffix = secrets.token_hex(3)
+    gw_ifname, host_prefix, etcd_prefix = f"vse{suffix}", f"e{suffix[:3]}", f"/down-{suffix}/"
+    stores: list[Store] = []
+
+    def make() -> PodManager:
+        store = Store(etcd.endpoints, etcd_prefix, timeout=1.0)
+        stores.append(store)
+        dataplane = KernelDataplane(gateways, 1400, gw_ifname, host_prefix)
+        dataplane.start()
+        journal = DeleteJournal(tmp_path / "state" / "pending-deletes")
+        return PodManager(1, store, dataplane, Pools(networks), 1400, journal=journal)
+
+    try:
+        yield make
+    finally:
+        for store in stores:
+            store.close()
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        for line in links.splitlines():
+            name = line.split(":")[1].strip().split("@")[0]
+            if name.startswith(host_prefix) or name == gw_ifname:
+                subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+
+
+def request(verb: str, netns: str, container_id: str) -> CniRequest:
+    return CniRequest(
+        verb=verb, cni_version="1.1.0", container_id=container_id, ifname="eth0",
+        netns=netns, config={}, args={"K8S_POD_NAMESPACE": "ns", "K8S_POD_NAME": container_id},
+    )
+
+
+def host_link(pods: PodManager, container_id: str) -> str:
+    dp = pods.dataplane
+    assert isinstance(dp, KernelDataplane)
+    return dp.host_prefix + request("ADD", "/x", container_id).key.digest()
+
+
+def retry_while_unreachable(call: Callable[[], T]) -> T:
+    """What a runtime does with code 11: tries again (the client skips a member that just
+    failed for up to a second)."""
+    for _ in range(50):
+        try:
+            return call()
+        except TryAgainLater:
+            time.sleep(0.1)
+    return call()
+
+
+def link_exists(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
+
+
+def in_use(pods: PodManager) -> int:
+    used = pods.pools.usage()[0]["inUse"]
+    assert isinstance(used, int)
+    return used
+
+
+def test_del_while_etcd_down_is_journaled_and_settled_by_the_drainer(
+    node: Callable[[], PodManager], etcd: EtcdServer, make_netns: Callable[[], str]
+) -> None:
+    pods = node()
+    reconcile(pods)
+    kept, gone = make_netns(), make_netns()
+    kept_rec = pods.add(request("ADD", kept, "kept"))
+    gone_rec = pods.add(request("ADD", gone, "gone"))
+    assert in_use(pods) == 2
+
+    etcd.stop()
+    pods.delete(request("DEL", gone, "gone"))  # answers success although etcd is down
+    assert not link_exists(host_link(pods, "gone"))
+    assert pods.journal is not None and len(pods.journal) == 1
+    assert in_use(pods) == 2, "the address must stay reserved until etcd has the release"
+    late = make_netns()
+    with pytest.raises(TryAgainLater):
+        pods.add(request("ADD", late, "late"))
+    assert not link_exists(host_link(pods, "late")) and in_use(pods) == 2
+    pods.delete(request("DEL", gone, "gone"))  # the runtime's retry: still fine
+    assert len(pods.journal) == 1
+
+    etcd.start()
+    pods.start_drainer(interval=0.1)
+    try:
+        for _ in range(100):
+            if not len(pods.journal):
+                break
+            time.sleep(0.1)
+    finally:
+        pods.stop()
+    assert len(pods.journal) == 0
+    assert pods.store.get_pod(1, gone_rec.key) is None
+    allocations = pods.store.list_allocations(1)  # type: ignore[attr-defined]
+    assert set(allocations) == {kept_rec.addresses[0].split("/")[0]}
+    assert in_use(pods) == 1
+    with pytest.raises(UnknownContainer):
+        pods.check(request("CHECK", gone, "gone"))
+    assert pods.check(request("CHECK", kept, "kept")).key == kept_rec.key
+
+
+def test_a_journal_outlives_the_agent_and_reconcile_settles_it(
+    node: Callable[[], PodManager], etcd: EtcdServer, make_netns: Callable[[], str]
+) -> None:
+    first = node()
+    reconcile(first)
+    netns = make_netns()
+    record = first.add(request("ADD", netns, "p1"))
+    etcd.stop()
+    first.delete(request("DEL", netns, "p1"))
+    etcd.start()  # the first agent dies before its drainer ran: only the disk remembers
+
+    second = node()
+    report = reconcile(second)
+    assert report.pending_deletes == 0 and report.live == 0
+    assert str(record.key) not in report.removed_dead + report.removed_unfinished
+    assert second.store.get_pod(1, record.key) is None
+    assert second.store.list_allocations(1) == {}  # type: ignore[attr-defined]
+    assert in_use(second) == 0
+
+
+def test_add_of_a_journaled_attachment_settles_it_first(
+    node: Callable[[], PodManager], etcd: EtcdServer, make_netns: Callable[[], str]
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    pods.add(request("ADD", netns, "again"))
+    etcd.stop()
+    pods.delete(request("DEL", netns, "again"))
+    etcd.start()
+    # Without settling first, the old "ready" record would be answered as a repeated ADD.
+    record = retry_while_unreachable(lambda: pods.add(request("ADD", netns, "again")))
+    assert pods.journal is not None and len(pods.journal) == 0
+    assert link_exists(host_link(pods, "again"))
+    assert pods.check(request("CHECK", netns, "again")).key == record.key
+    assert in_use(pods) == 1
+
+
+def test_reconcile_treats_a_reused_netns_path_as_dead(
+    node: Callable[[], PodManager], make_netns: Callable[[], str]
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    record = pods.add(request("ADD", netns, "reuse"))
+    assert record.netns_inode
+    name = Path(netns).name
+    subprocess.run(["ip", "netns", "del", name], check=True)
+    subprocess.run(["ip", "netns", "add", name], check=True)  # same path, another namespace
+    with pytest.raises(Exception, match="another network namespace"):
+        pods.check(request("CHECK", netns, "reuse"))
+    report = reconcile(node())
+    assert report.removed_dead == [str(record.key)]
+    assert pods.store.list_allocations(1) == {}  # type: ignore[attr-defined]
