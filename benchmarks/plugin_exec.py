@@ -1,14 +1,14 @@
-"""Benchmark: the wall time of one `vswitch-cni` ADD, exec to exit, as a runtime would see it.
+"""Figure 3: the wall time of one `vswitch-cni` ADD, exec to exit, against an agent that answers
+at once, so that only the plugin's own cost is left.
 
-A grpcio RemoteCNI servicer that answers at once listens on a unix socket in a temp directory;
-the installed plugin is exec'd N times with the CNI_* env and a config on stdin. For reference the
-same statistics are printed for `python3 -c pass` and `python3 -c "import grpc"`, and for the
-plugin run directly by the interpreter (`python3 -m cni_client.main`, skipping any launcher such
-as a pyenv shim in front of the console script), and by the bare system interpreter
-(/usr/bin/python3 with the source on PYTHONPATH: what a zipapp install costs, without the .pth
-files of a development environment).
+A grpcio RemoteCNI servicer that answers immediately listens on a unix socket in a temp
+directory. The plugin is run as the DaemonSet installs it (agent.install_cni's zipapp, whose
+`#!/usr/bin/env python3` finds /usr/bin/python3 on a node's PATH), N times with the CNI_* env and
+the config on stdin. For comparison, on the same interpreter: `-c pass` (the floor: interpreter
+start-up) and the plugin from the source tree (`-m cni_client.main`, no zipimport), and the
+console script of the development install (`pip install -e .`, with its .pth files).
 
-    python3 benchmarks/plugin_exec.py [-n 200]
+    python3 -m benchmarks.plugin_exec [-n 200]
 """
 
 from __future__ import annotations
@@ -17,20 +17,26 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import zipapp
+from collections.abc import Iterator, Sequence
 from concurrent import futures
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+import cni_client
+from agent.install_cni import build_plugin
+from benchmarks.harness import REPO, SYSTEM_PATH
+from benchmarks.stats import Summary
 from protos import cni_pb2, cni_pb2_grpc
 
+SYSTEM_PYTHON = "/usr/bin/python3"
 REPLY = cni_pb2.CNIReply(
     interfaces=[cni_pb2.Interface(name="tap0"), cni_pb2.Interface(
         name="eth0", sandbox="/var/run/netns/bench",
@@ -43,12 +49,32 @@ class InstantAgent(cni_pb2_grpc.RemoteCNIServicer):
         return REPLY
 
 
-def plugin_command() -> list[str]:
-    beside = Path(sys.executable).parent / "vswitch-cni"
-    found = str(beside) if beside.exists() else shutil.which("vswitch-cni")
-    if not found:
-        sys.exit("vswitch-cni is not installed: run `pip install -e .`")
-    return [found]
+@contextmanager
+def instant_agent(directory: Path) -> Iterator[Path]:
+    """A RemoteCNI server answering every Add at once; yields its socket path."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    try:
+        cni_pb2_grpc.add_RemoteCNIServicer_to_server(InstantAgent(), server)  # type: ignore[no-untyped-call]
+        socket_path = directory / "cni.sock"
+        server.add_insecure_port(f"unix:{socket_path}")
+        server.start()
+        yield socket_path
+    finally:
+        server.stop(grace=None)
+
+
+def build_precompiled(target: Path) -> None:
+    """The same zipapp with legacy-layout .pyc files beside the sources, compiled by the system
+    interpreter (zipimport reads those, never __pycache__): what the plugin would cost if the
+    installer precompiled it. A comparison only; the installer does not do this today."""
+    source = Path(cni_client.__file__).resolve().parent
+    with tempfile.TemporaryDirectory() as stage:
+        shutil.copytree(source, Path(stage) / "cni_client",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.md"))
+        subprocess.run([SYSTEM_PYTHON, "-m", "compileall", "-q", "-b", stage], check=True)
+        zipapp.create_archive(stage, target, interpreter="/usr/bin/env python3",
+                              main="cni_client.main:main")
+    os.chmod(target, 0o755)
 
 
 def measure(argv: Sequence[str], count: int, env: dict[str, str] | None = None,
@@ -60,51 +86,58 @@ def measure(argv: Sequence[str], count: int, env: dict[str, str] | None = None,
         proc = subprocess.run(argv, input=stdin, env=env, capture_output=True, check=False)
         times.append((time.perf_counter() - start) * 1000)
         if proc.returncode != 0:
-            sys.exit(f"{argv} failed: {proc.stdout!r} {proc.stderr!r}")
+            raise RuntimeError(f"{argv} failed: {proc.stdout!r} {proc.stderr!r}")
     return times
 
 
-def report(label: str, times: list[float]) -> None:
-    ordered = sorted(times)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    print(f"{label:<44} min {ordered[0]:6.1f}  median {statistics.median(ordered):6.1f}  "
-          f"p99 {p99:6.1f} ms  (n={len(ordered)})")
+def dev_console_script() -> str | None:
+    # the console script beside this interpreter, not a version manager's shim on PATH
+    beside = Path(sys.executable).parent / "vswitch-cni"
+    return str(beside) if beside.exists() else None
+
+
+def run(count: int) -> dict[str, Summary]:
+    """label -> exec-to-exit summary in ms; the first entry is the installed plugin's ADD."""
+    directory = Path(tempfile.mkdtemp(prefix=f"vcni-bench-exec-{os.getpid()}-"))
+    try:
+        plugin = directory / "vswitch-cni"
+        build_plugin(plugin)
+        precompiled = directory / "vswitch-cni-pyc"
+        build_precompiled(precompiled)
+        with instant_agent(directory) as socket_path:
+            config = json.dumps({"cniVersion": "1.1.0", "name": "bench", "type": "vswitch-cni",
+                                 "agentSocket": str(socket_path)}).encode()
+            env = {"PATH": SYSTEM_PATH, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "bench0",
+                   "CNI_NETNS": "/var/run/netns/bench", "CNI_IFNAME": "eth0",
+                   "CNI_ARGS": "K8S_POD_UID=u1", "CNI_PATH": "/opt/cni/bin"}
+            measure([str(plugin)], 3, env, config)  # warm the page cache
+            out = {
+                "vswitch-cni ADD, installed zipapp (/usr/bin/python3)":
+                    Summary.of(measure([str(plugin)], count, env, config), "ms"),
+                "same zipapp with .pyc inside (not what install_cni builds)":
+                    Summary.of(measure([str(precompiled)], count, env, config), "ms"),
+                "/usr/bin/python3 -c pass (interpreter start-up)":
+                    Summary.of(measure([SYSTEM_PYTHON, "-c", "pass"], count, env), "ms"),
+                "/usr/bin/python3 -m cni_client.main ADD (source tree)":
+                    Summary.of(measure([SYSTEM_PYTHON, "-m", "cni_client.main"], count,
+                                       {**env, "PYTHONPATH": str(REPO)}, config), "ms"),
+            }
+            script = dev_console_script()
+            if script:
+                dev_env = {**env, "PATH": os.environ.get("PATH", SYSTEM_PATH)}
+                out["vswitch-cni ADD, pip -e console script (dev install)"] = Summary.of(
+                    measure([script], count, dev_env, config), "ms")
+            return out
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("-n", type=int, default=200, help="runs per measurement")
-    count = parser.parse_args().n
-    directory = tempfile.mkdtemp(prefix=f"vcni-bench-{os.getpid()}-")
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    try:
-        cni_pb2_grpc.add_RemoteCNIServicer_to_server(InstantAgent(), server)  # type: ignore[no-untyped-call]
-        socket_path = os.path.join(directory, "cni.sock")
-        server.add_insecure_port(f"unix:{socket_path}")
-        server.start()
-        config = json.dumps({"cniVersion": "1.1.0", "name": "bench", "type": "vswitch-cni",
-                             "agentSocket": socket_path}).encode()
-        env = {"PATH": os.environ.get("PATH", ""), "CNI_COMMAND": "ADD",
-               "CNI_CONTAINERID": "bench0", "CNI_NETNS": "/var/run/netns/bench",
-               "CNI_IFNAME": "eth0", "CNI_ARGS": "K8S_POD_UID=u1", "CNI_PATH": "/opt/cni/bin"}
-        python = sys.executable
-        measure(plugin_command(), 3, env, config)  # warm the page cache
-        report("python3 -c pass", measure([python, "-c", "pass"], count))
-        report("python3 -c 'import grpc'", measure([python, "-c", "import grpc"], count))
-        report("vswitch-cni ADD (installed console script)",
-               measure(plugin_command(), count, env, config))
-        report("python3 -m cni_client.main ADD",
-               measure([python, "-m", "cni_client.main"], count, env, config))
-        system = shutil.which("python3", path="/usr/bin")
-        if system:  # stdlib-only, so a bare system interpreter runs it: no .pth files, no shims
-            source = str(Path(__file__).resolve().parent.parent)
-            report(f"{system} -c pass", measure([system, "-c", "pass"], count))
-            report(f"{system} -m cni_client.main ADD",
-                   measure([system, "-m", "cni_client.main"], count,
-                           {**env, "PYTHONPATH": source}, config))
-    finally:
-        server.stop(grace=None)
-        shutil.rmtree(directory, ignore_errors=True)
+    for label, summary in run(parser.parse_args().n).items():
+        print(f"{label:<58} min {summary.min:6.1f}  median {summary.median:6.1f}  "
+              f"p99 {summary.p99:6.1f} ms  (n={summary.n})")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,5 @@
+"""The benchmark suite of vswitch-cni: `python3 -m benchmarks.run [--quick] [--out FILE]`.
+
+Every figure is measured on real components (etcd, network namespaces, the plugin exec'd through
+libcni, the reference bridge + host-local plugins) and written to BENCHMARKS.md by benchmarks.run.
+"""

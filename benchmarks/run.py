@@ -1,0 +1,221 @@
+"""Runs every benchmark of issue #7 and writes the report (BENCHMARKS.md by default).
+
+    python3 -m benchmarks.run [--quick] [--out FILE]
+
+Full mode: enough runs for stable medians (takes several minutes). `--quick`: tiny counts, well
+under two minutes, the report goes to a temp file unless --out says otherwise, and never to the
+repository's BENCHMARKS.md (CI runs it so the suite cannot rot; no thresholds are asserted).
+
+Everything it creates (etcd members and data dirs, agents, namespaces, links, temp dirs) is removed
+on the way out, also on failure, Ctrl-C or SIGTERM. Needs root (namespaces, links).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from benchmarks import agent_metrics, cni_bench, ipam_core, machine, nodeid, plugin_exec, restart
+from benchmarks.harness import (
+    REPO,
+    CniNetwork,
+    Namespaces,
+    PodSubnets,
+    agent_running,
+    bench_agent_config,
+    ours_network,
+    plugin_bin_dir,
+    reference_network,
+    remove_agent_links,
+)
+from benchmarks.report import OURS, REFERENCE, Results, render
+from tests.helpers.agent import AgentHandle
+from tests.helpers.etcd import EtcdCluster, EtcdServer
+from tests.libcni import DEFAULT_BUILD_DIR, build_driver
+
+DEFAULT_OUT = REPO / "BENCHMARKS.md"
+VPP_ENV = "VSWITCH_TEST_VPP_SOCKET"
+
+
+@dataclass(frozen=True)
+class Counts:
+    latency_runs: int
+    warmup: int
+    throughput_pods: int
+    throughput_runs: int
+    exec_runs: int
+    restart_pods: int
+    restarts: int
+    race_agents: int
+    race_processes: int
+    races: int
+    ipam_runs: int
+    churn_operations: int
+
+
+FULL = Counts(latency_runs=100, warmup=3, throughput_pods=200, throughput_runs=3, exec_runs=200,
+              restart_pods=250, restarts=5, race_agents=500, race_processes=4, races=3,
+              ipam_runs=10, churn_operations=100_000)
+QUICK = Counts(latency_runs=5, warmup=1, throughput_pods=8, throughput_runs=1, exec_runs=10,
+               restart_pods=20, restarts=2, race_agents=20, race_processes=2, races=1,
+               ipam_runs=2, churn_operations=10_000)
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _interrupter(main_pid: int) -> Callable[[int, FrameType | None], None]:
+    """SIGTERM/SIGHUP -> KeyboardInterrupt, so that every cleanup runs as on Ctrl-C. Only in this
+    process: pyroute2 forks helpers (inheriting the handler) and stops them with SIGTERM; they
+    must die as usual, never unwind into our cleanup code."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return handler
+
+
+def _agent_sections(res: Results, counts: Counts, tmp: Path, stack: ExitStack,
+                    subnets: PodSubnets) -> None:
+    namespaces = Namespaces()
+    stack.callback(namespaces.close)
+    with EtcdServer() as etcd:
+        log("building the libcni driver and the plugin zipapp")
+        driver = build_driver(DEFAULT_BUILD_DIR)
+        bin_dir = plugin_bin_dir(tmp)
+        host_ns = namespaces.create()  # the runtimes' namespace for ours and the reference
+
+        config = bench_agent_config(tmp, etcd.endpoints, subnets.take())
+        try:
+            with agent_running(tmp, config, "latency") as agent:
+                ours = ours_network(driver, bin_dir, tmp, host_ns, agent)
+                ref = reference_network(driver, tmp, host_ns)
+                etcd_proc = etcd.members[0].proc
+                assert etcd_proc is not None
+                servers = {"agent": agent.process.pid, "etcd": etcd_proc.pid}
+                _latency_and_throughput(res, counts, agent, ours, ref, namespaces, servers)
+        finally:
+            remove_agent_links(config)
+
+        socket = os.environ.get(VPP_ENV, "")
+        if socket and os.path.exists(socket):
+            log(f"VPP at {socket}: sequential latency with Dataplane: vpp")
+            vpp_config = bench_agent_config(tmp, etcd.endpoints, subnets.take(), {
+                "Dataplane": "vpp", "VPPAPISocket": socket, "UseTAPInterfaces": False})
+            try:
+                with agent_running(tmp, vpp_config, "vpp") as agent:
+                    vpp = ours_network(driver, bin_dir, tmp, host_ns, agent, "vswitch-cni-vpp")
+                    res.vpp = cni_bench.sequential([vpp], namespaces, counts.latency_runs,
+                                                   counts.warmup)["vswitch-cni-vpp"]
+            finally:
+                remove_agent_links(vpp_config)
+        else:
+            res.vpp_note = (f"not measured: no VPP reachable ({VPP_ENV} "
+                            f"{'names a missing socket' if socket else 'is not set'})")
+
+        log(f"restart / reconcile / RSS with {counts.restart_pods} pods")
+        restart_config = bench_agent_config(tmp, etcd.endpoints, subnets.take())
+
+        def network(agent: AgentHandle) -> CniNetwork:
+            return ours_network(driver, bin_dir, tmp, host_ns, agent, "vswitch-cni-restart")
+
+        res.restart = restart.run(tmp, restart_config, network, namespaces,
+                                  counts.restart_pods, counts.restarts)
+
+
+def _latency_and_throughput(res: Results, counts: Counts, agent: AgentHandle, ours: CniNetwork,
+                            ref: CniNetwork, namespaces: Namespaces,
+                            servers: dict[str, int]) -> None:
+    log(f"sequential ADD/CHECK/DEL: {counts.latency_runs} runs each, ours and reference")
+    before = agent_metrics.snapshot(agent)
+    res.latency = cni_bench.sequential([ours, ref], namespaces, counts.latency_runs,
+                                       counts.warmup)
+    res.latency_runs = counts.latency_runs
+    res.seq_agent = _agent_delta(before, agent_metrics.snapshot(agent))
+    log(f"throughput: {counts.throughput_runs} x {counts.throughput_pods} pods, 16 runtimes")
+    res.throughput = {OURS: [], REFERENCE: []}
+    before = agent_metrics.snapshot(agent)
+    for i in range(counts.throughput_runs):
+        for net in (ours, ref) if i % 2 == 0 else (ref, ours):
+            res.throughput[net.label].append(
+                cni_bench.throughput(net, namespaces, counts.throughput_pods,
+                                     servers if net is ours else {}))
+    res.tp_agent = _agent_delta(before, agent_metrics.snapshot(agent))
+
+
+def _agent_delta(before: agent_metrics.Series,
+                 after: agent_metrics.Series) -> dict[str, dict[str, agent_metrics.Histogram]]:
+    return {"phases": agent_metrics.delta(before, after, agent_metrics.PHASES),
+            "requests": agent_metrics.delta(before, after, agent_metrics.REQUESTS)}
+
+
+def run(counts: Counts, mode: str, command: str) -> Results:
+    started = time.monotonic()
+    res = Results(mode=mode, command=command,
+                  started=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                  load_start=machine.loadavg(), machine=machine.machine(),
+                  versions=machine.versions())
+    subnets = PodSubnets()
+    tmp = Path(tempfile.mkdtemp(prefix=f"vcni-bench-{os.getpid()}-"))
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+        _agent_sections(res, counts, tmp, stack, subnets)
+    log(f"plugin exec: {counts.exec_runs} runs")
+    res.plugin_exec = plugin_exec.run(counts.exec_runs)
+    log(f"node-ID race: {counts.races} x {counts.race_agents} agents on a 3-member etcd")
+    with EtcdCluster(3) as cluster:
+        res.nodeid = [nodeid.race(cluster.endpoints, f"/vswitch-bench-nodeid-{os.getpid()}-{i}/",
+                                  counts.race_agents, counts.race_processes)
+                      for i in range(counts.races)]
+    log("IPAM core")
+    res.ipam = ipam_core.run(counts.ipam_runs, counts.churn_operations)
+    res.load_end = machine.loadavg()
+    res.wall_s = time.monotonic() - started
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.run",
+                                     description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny counts (CI): < 2 minutes")
+    parser.add_argument("--out", type=Path, help="report path (default: BENCHMARKS.md; "
+                        "with --quick a temp file)")
+    args = parser.parse_args(argv)
+    raw_args = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python3 -m benchmarks.run", *raw_args])
+    out: Path = args.out
+    if out is None:
+        out = (Path(tempfile.mkstemp(prefix="benchmarks-quick-", suffix=".md")[1])
+               if args.quick else DEFAULT_OUT)
+    if args.quick and out.resolve() == DEFAULT_OUT.resolve():
+        parser.error("quick-mode numbers must not replace BENCHMARKS.md; pick another --out")
+    if os.geteuid() != 0:
+        parser.error("needs root: it creates network namespaces and links")
+    handler = _interrupter(os.getpid())
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)
+    results = run(QUICK if args.quick else FULL, "quick" if args.quick else "full", command)
+    out.write_text(render(results))
+    log(f"wrote {out} ({results.wall_s:.0f} s)")
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The benchmark suite in quick mode, so that it cannot rot: CI runs it and checks that the
+report is complete. No timing is asserted: numbers on a shared CI machine mean nothing; that the
+suite still measures every figure does.
+
+Test plan:
+- `python3 -m benchmarks.run --quick --out <tmp>` exits 0 and writes the report there.
+- Every section of issue #7 is present: machine, versions, targets, figures 1-7 (VPP: a table or
+  the "not measured" line).
+- Every row of every statistics table has an integer n >= 1 and numeric min / median / p99,
+  ordered min <= median <= p99.
+- The targets table lists the seven targets of the issue, each with a numeric measured value and
+  a verdict (met / missed); the ratio table has ADD, CHECK and DEL with numeric ratios.
+- The node-ID race found every ID unique.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SECTIONS = [
+    "## Machine", "## Versions", "## Targets (issue #7)",
+    "## 1. CNI ADD / CHECK / DEL latency through libcni (sequential)", "### VPP dataplane",
+    "### Where an ADD's time goes", "## 2. Throughput", "## 3. Plugin executable cost",
+    "## 4. Reconcile after an agent restart", "## 5. Node-ID allocation", "## 6. IPAM core",
+    "## 7. Agent memory",
+]
+TARGETS = ["ADD median / reference ADD median", "ADD p99", "pods/s, 16 concurrent ADDs",
+           "DEL median / reference DEL median", "plugin exec median", "reconcile of",
+           "agent RSS with"]
+
+
+def tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every markdown table: (header cells, rows of cells)."""
+    out: list[tuple[list[str], list[list[str]]]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            header = [c.strip() for c in lines[i].strip("|").split("|")]
+            rows = []
+            i += 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                i += 1
+            out.append((header, rows))
+        else:
+            i += 1
+    return out
+
+
+def number(cell: str) -> float:
+    match = re.match(r"^-?\d+(\.\d+)?", cell)
+    assert match, f"not a number: {cell!r}"
+    value = float(match.group(0))
+    assert math.isfinite(value), cell
+    return value
+
+
+def test_quick_mode_writes_a_complete_report(tmp_path: Path) -> None:
+    out = tmp_path / "BENCHMARKS.quick.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = out.read_text()
+
+    for section in SECTIONS:
+        assert section in text, f"missing section {section!r}"
+    assert "python3 -m benchmarks.run --quick" in text
+
+    all_tables = tables(text)
+    stats = [rows for header, rows in all_tables if header == ["figure", "n", "min", "median",
+                                                               "p99", "unit"]]
+    assert len(stats) >= 7, "expected a statistics table per figure"
+    for rows in stats:
+        assert rows
+        for row in rows:
+            assert int(row[1]) >= 1, row
+            low, mid, high = (number(c) for c in row[2:5])
+            assert low <= mid <= high, row
+
+    (targets,) = [rows for header, rows in all_tables if header[0] == "target"]
+    assert len(targets) == len(TARGETS)
+    for name, row in zip(TARGETS, targets, strict=True):
+        assert row[0].startswith(name), row
+        number(row[1])
+        assert row[3].startswith(("met", "**missed**")), row
+
+    (ratios,) = [rows for header, rows in all_tables if header[:2] == ["verb",
+                                                                        "ratio of medians"]]
+    assert [row[0] for row in ratios] == ["ADD", "CHECK", "DEL"]
+    for row in ratios:
+        number(row[1])
+        number(row[2])
+
+    assert "all unique" in text and "DUPLICATES" not in text
+    vpp = text.split("### VPP dataplane", 1)[1].split("###", 1)[0]
+    assert "not measured" in vpp or "vswitch-cni (vpp)" in vpp
