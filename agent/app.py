@@ -15,6 +15,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from concurrent import futures
 from typing import Any
 
@@ -57,6 +58,9 @@ class Agent:
         self._ready = threading.Event()
         self._grpc: grpc.Server | None = None
         self._rest: RestServer | None = None
+        self._stopping = threading.Event()
+        self._watch: threading.Thread | None = None
+        self.repair_report: dict[str, Any] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -89,6 +93,7 @@ class Agent:
         self.metrics.gauge("vswitch_cni_pending_deletes", lambda: float(len(journal)))
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
+        self._start_watch(self.dataplane.generation())
         self._serve_cni(CniService(self.pods, self.status))
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
@@ -109,9 +114,43 @@ class Agent:
         os.chmod(path, 0o600)
         self._grpc = server
 
+    def _start_watch(self, seen: int, interval: float = 1.0) -> None:
+        """Watches the vswitch: when the driver has connected to it anew (VPP restarted, or
+        the connection broke), every pod is checked and repaired without restarting the agent."""
+
+        def run() -> None:
+            generation = seen
+            while not self._stopping.wait(interval):
+                assert self.dataplane is not None and self.pods is not None
+                try:
+                    if not self.dataplane.ready() or self.dataplane.generation() == generation:
+                        continue
+                    generation = self.dataplane.generation()
+                    log.warning("dataplane reconnected (generation %d): repairing pods", generation)
+                    started = time.monotonic()
+                    damaged = self.pods.repair_all()
+                    self.repair_report = {
+                        "generation": generation,
+                        "seconds": round(time.monotonic() - started, 4),
+                        "damaged": damaged,
+                    }
+                    log.warning(
+                        "repair after reconnect: %d pods still damaged, %.2fs",
+                        len(damaged),
+                        time.monotonic() - started,
+                    )
+                except Exception:  # the watch must outlive any one failure
+                    log.exception("dataplane watch failed")
+
+        self._watch = threading.Thread(target=run, name="dataplane-watch", daemon=True)
+        self._watch.start()
+
     def stop(self, grace: float = 30.0) -> None:
         """Stops accepting, lets in-flight requests finish (up to `grace`), closes."""
         self._ready.clear()
+        self._stopping.set()
+        if self._watch is not None:
+            self._watch.join(timeout=10)
         if self._grpc is not None:
             self._grpc.stop(grace).wait()
             self._grpc = None
@@ -134,10 +173,11 @@ class Agent:
         ok, reason = self.ready()
         if not ok:
             raise NotReady("the agent cannot accept ADDs", reason)
-        if self.report.damaged:
+        damaged = self.repair_report.get("damaged", self.report.damaged)
+        if damaged:
             raise Degraded(
                 "some pods may have lost connectivity",
-                f"{len(self.report.damaged)} pods found damaged at the last reconcile",
+                f"{len(damaged)} pods damaged: {', '.join(sorted(damaged)[:5])}",
             )
 
     def ready(self) -> tuple[bool, str]:
@@ -183,7 +223,7 @@ class Agent:
         return self.metrics.render()
 
     def last_reconcile(self) -> dict[str, Any]:
-        return self.report.to_json()
+        return {**self.report.to_json(), "lastRepair": self.repair_report or None}
 
 
 def make_dataplane(cfg: AgentConfig, networks: NodeNetworks) -> Dataplane:

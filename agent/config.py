@@ -49,6 +49,8 @@ class AgentConfig:
     state_dir: str = "/var/lib/vswitch-cni"
     vpp_api_socket: str = "/run/vpp/api.sock"
     vpp_api_dir: str = ""
+    vpp_host_interface: str = "vpp1"
+    vpp_host_peer_interface: str = "vpp2"
     workers: int = 16
     node_ip: str = ""
     # Contiv's.
@@ -188,6 +190,8 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("StateDir", "state_dir", _abs_path),
         ("VPPAPISocket", "vpp_api_socket", _abs_path),
         ("VPPAPIDir", "vpp_api_dir", _any_str),
+        ("VPPHostInterface", "vpp_host_interface", _ifname),
+        ("VPPHostPeerInterface", "vpp_host_peer_interface", _ifname),
         ("Workers", "workers", _int_range(1, 256)),
         ("UseTAPInterfaces", "use_tap_interfaces", _bool),
         ("TAPInterfaceVersion", "tap_interface_version", _tap_version),

@@ -326,6 +326,61 @@ class PodManager:
             pod, wiring.gateway_mac, wiring.pod_mac
         )
 
+    # ---- repair (reconcile, and after the vswitch restarted) --------------------------------
+
+    def repair(self, key: PodKey) -> list[str]:
+        """Re-creates what a live, ready attachment is missing; returns what is still wrong.
+
+        The driver first tries in place (after a VPP restart a veth survives; only VPP's side
+        is made again, the pod keeps its interface); otherwise the pod is wired from scratch
+        with its recorded addresses and MACs, pod side included. The record gets the new wiring.
+        """
+        with self.locks.hold(key):
+            current = self.store.get_pod(self.node_id, key)
+            if current is None or current.state != "ready":
+                return []
+            if self.journal is not None and key in self.journal:
+                return []
+            if not self.live_problems(current):
+                return []
+            if not (os.path.exists(current.netns) and netns_matches(current)):
+                return [f"netns {current.netns} is gone"]
+            pod = current.network()
+            old = Wiring(**current.wiring)
+            wiring = self.dataplane.restore(pod, old)
+            how = "in place"
+            if wiring is None:
+                how = "from scratch"
+                self.dataplane.detach(pod, old)
+                undo = UndoStack()
+                try:
+                    wired = self.dataplane.attach(pod, undo)
+                    pod_mac = self.pod_side.configure(pod, wired.gateway_mac)
+                except BaseException:
+                    undo.unwind()
+                    raise
+                wiring = Wiring(wired.host_ifname, pod_mac, wired.gateway_mac, wired.extra)
+            updated = copy.deepcopy(current)
+            updated.wiring = asdict(wiring)
+            self.store.update_pod(self.node_id, updated, current)
+            self._remember(updated)
+            log.info("repaired %s (%s)", key, how)
+            return self.live_problems(updated)
+
+    def repair_all(self) -> dict[str, list[str]]:
+        """Repairs every known attachment; returns those still damaged, with their problems."""
+        with self._known_lock:
+            keys = list(self._known)
+        damaged: dict[str, list[str]] = {}
+        for key in keys:
+            try:
+                problems = self.repair(key)
+            except CniError as exc:
+                problems = [f"repair failed: {exc}"]
+            if problems:
+                damaged[str(key)] = problems
+        return damaged
+
     def _bare_network(self, req: CniRequest) -> PodNetwork:
         return PodNetwork(req.key, req.netns, (), (), self.mtu)
 

@@ -6,7 +6,8 @@ Rules, in order of how costly a mistake is:
   keeping an address is recoverable (GC, DEL); wrongly releasing one gives two pods one address.
 - A dataplane object carrying our owner tag that no live record explains is removed. Objects
   are matched by the driver's own tag for each record's key, never by parsing a tag back.
-- A live pod whose wiring is incomplete is reported (and re-wired where the driver can).
+- A live pod whose wiring is incomplete is repaired (agent/pods.repair: in place where the
+  driver can, else wired again with its recorded addresses); what cannot be is reported damaged.
 - DELs journaled while etcd was unreachable are settled first; one still pending (etcd went
   away again) keeps its addresses reserved and counts neither as live nor as dead.
 """
@@ -35,6 +36,7 @@ class ReconcileReport:
     removed_dead: list[str] = field(default_factory=list)
     removed_orphans: list[str] = field(default_factory=list)
     pending_deletes: int = 0
+    repaired: list[str] = field(default_factory=list)
     damaged: dict[str, list[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -48,6 +50,7 @@ class ReconcileReport:
             "removedDead": self.removed_dead,
             "removedOrphans": self.removed_orphans,
             "pendingDeletes": self.pending_deletes,
+            "repaired": self.repaired,
             "damaged": self.damaged,
             "errors": self.errors,
         }
@@ -66,6 +69,7 @@ def reconcile(pods: PodManager) -> ReconcileReport:
         report.errors.append(f"records hold addresses outside this node's subnets: {foreign}")
     live_tags: set[str] = set()
     survivors = []
+    broken = []
     for record in records:
         name = str(record.key)
         if pods.journal is not None and record.key in pods.journal:
@@ -81,9 +85,8 @@ def reconcile(pods: PodManager) -> ReconcileReport:
                 report.live += 1
                 survivors.append(record)
                 live_tags.add(pods.dataplane.tag(record.key))
-                problems = pods.live_problems(record)
-                if problems:
-                    report.damaged[name] = problems
+                if pods.live_problems(record):
+                    broken.append(record)
         except CniError as exc:
             report.errors.append(f"{name}: {exc}")
     try:
@@ -100,15 +103,27 @@ def reconcile(pods: PodManager) -> ReconcileReport:
             report.removed_orphans.append(f"{obj} ({tag})")
         except CniError as exc:
             report.errors.append(f"orphan {obj}: {exc}")
+    # Last: orphans are gone, so a re-wired pod cannot collide with its own leftovers.
+    for record in broken:
+        name = str(record.key)
+        try:
+            problems = pods.repair(record.key)
+        except CniError as exc:
+            problems = [f"repair failed: {exc}"]
+        if problems:
+            report.damaged[name] = problems
+        else:
+            report.repaired.append(name)
     report.seconds = time.perf_counter() - start
     log.info(
         "reconcile: %d records, %d live, %d unfinished and %d dead removed, %d orphans removed, "
-        "%d damaged, %d errors in %.3fs",
+        "%d repaired, %d damaged, %d errors in %.3fs",
         report.records,
         report.live,
         len(report.removed_unfinished),
         len(report.removed_dead),
         len(report.removed_orphans),
+        len(report.repaired),
         len(report.damaged),
         len(report.errors),
         report.seconds,

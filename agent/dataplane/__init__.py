@@ -72,8 +72,19 @@ class Dataplane(Protocol):
     def remove_orphan(self, name: str) -> None:
         """Removes an object named by `owned()` that no pod record explains, with its routes."""
 
+    def restore(self, pod: PodNetwork, wiring: Wiring) -> Wiring | None:
+        """Re-creates the host side of a live pod whose wiring the vswitch lost (a restarted
+        VPP), keeping the pod's interface; returns the new wiring, or None when the driver
+        cannot do it in place (the caller then re-wires the pod from scratch)."""
+        ...
+
+    def generation(self) -> int:
+        """Changes whenever the driver has (re)connected to its vswitch: pods wired before
+        may have lost their host side (a restarted VPP forgets everything)."""
+        ...
+
     def ready(self) -> bool:
-        """True when the vswitch can take ADDs now."""
+        """True when the vswitch can take ADDs now (probes it)."""
         ...
 
     def close(self) -> None:

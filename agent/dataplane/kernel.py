@@ -157,6 +157,13 @@ class KernelDataplane:
                 problems.append(f"route {dst} via {host} missing")
         return problems
 
+    def restore(self, pod: PodNetwork, wiring: Wiring) -> Wiring | None:
+        """A kernel veth cannot be re-created without the pod's end: always from scratch."""
+        return None
+
+    def generation(self) -> int:
+        return 0  # the kernel never forgets routes and links behind the agent's back
+
     def tag(self, key: PodKey) -> str:
         return f"{OWNER_PREFIX}{key.container_id}:{key.ifname}"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from agent import podside
+from agent import netlink, podside
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, names
 from agent.model import PodRecord
@@ -59,3 +59,54 @@ def test_reconcile_keeps_live_pods_and_removes_orphans(
     assert report.removed_unfinished == [str(unfinished.key)]
     assert store.get_pod(1, unfinished.key) is None
     assert "10.1.1.77/32" not in {a for (_, a) in store.allocations}
+
+
+def _pod_ifindex(netns: str, ifname: str = "eth0") -> int | None:
+    with netlink.pod_ns(netns) as ipr:
+        return netlink.ifindex(ipr, ifname)
+
+
+def test_vpp_restart_under_live_pods_repairs_them_without_an_agent_restart(
+    fake: FakeVPP, driver_factory: Callable[..., VppDataplane], pod_ns: str, pod_ns2: str
+) -> None:
+    dp = driver_factory(use_tap=False)
+    dp.start()
+    store = MemoryStore()
+    pods = manager(store, dp)
+    reconcile(pods)
+    records = [
+        pods.add(CniRequest("ADD", "1.0.0", f"{c * 64}", "eth0", ns, {}))
+        for c, ns in (("c", pod_ns), ("d", pod_ns2))
+    ]
+    before = [_pod_ifindex(r.netns) for r in records]
+    generation = dp.generation()
+
+    fake.restart()  # VPP forgets every interface, route and neighbor
+    assert not dp.ready()  # the watch's probe notices the dead connection
+    assert dp.ready() and dp.generation() == generation + 1  # and the next one reconnects
+    assert all(pods.live_problems(r) for r in records)
+
+    assert pods.repair_all() == {}
+    for record, ifindex in zip(records, before, strict=True):
+        current = store.get_pod(1, record.key)
+        assert current is not None and pods.live_problems(current) == []
+        # in place: the veth (and so the pod's interface, addresses, routes) survived
+        assert _pod_ifindex(record.netns) == ifindex
+        assert fake.interface_by_tag(names.pod_tag(record.key)) is not None
+
+
+def test_tap_pods_are_rewired_from_scratch_after_a_vpp_restart(
+    fake: FakeVPP, driver_factory: Callable[..., VppDataplane], pod_ns: str, vhost_net: str
+) -> None:
+    dp = driver_factory(use_tap=True, vhost_net_path=vhost_net)
+    dp.start()
+    store = MemoryStore()
+    pods = manager(store, dp)
+    reconcile(pods)
+    record = pods.add(CniRequest("ADD", "1.0.0", "e" * 64, "eth0", pod_ns, {}))
+    fake.restart()  # the TAP's kernel end dies with VPP
+    assert not dp.ready() and dp.ready()
+    assert pods.repair_all() == {}
+    current = store.get_pod(1, record.key)
+    assert current is not None and pods.live_problems(current) == []
+    assert current.addresses == record.addresses

@@ -107,4 +107,6 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         pod_gateways=gateways,
         vpp_host_ip=networks.vpp_host_ip,
         host_linux_ip=networks.host_linux_ip,
+        host_ifname=cfg.vpp_host_interface,
+        host_vpp_ifname=cfg.vpp_host_peer_interface,
     )

@@ -63,11 +63,39 @@ class VppDataplane:
             return self._base
 
     def ready(self) -> bool:
+        """Connected, base configuration in place, and VPP answering now (a control ping:
+        a VPP that died is noticed here, not only by the next ADD)."""
         try:
             self._ensure()
+            self.api.call("control_ping")
         except CniError:
             return False
         return True
+
+    def generation(self) -> int:
+        return self.api.generation
+
+    def restore(self, pod: PodNetwork, wiring: Wiring) -> Wiring | None:
+        """VPP lost the pod's interface (restart) but its link may have survived."""
+        objs = self._ensure()
+        tag = names.pod_tag(pod.key)
+        for itf in interfaces.by_tag(self.api, tag):
+            self._unwire_vpp(pod, itf.sw_if_index)
+        undo = UndoStack()
+        try:
+            port = self.mode.adopt(pod, tag, undo)
+            if port is None:
+                return None
+            self._configure(pod, port, objs.gateway_sw_if_index, undo)
+        except BaseException:
+            undo.unwind()
+            raise
+        return Wiring(
+            host_ifname=port.host_ifname,
+            pod_mac=port.pod_mac,
+            gateway_mac=port.vpp_mac,
+            extra={"sw_if_index": str(port.sw_if_index), "mode": self.mode.name, "tag": tag},
+        )
 
     def close(self) -> None:
         self.api.close()
@@ -115,6 +143,11 @@ class VppDataplane:
 
     def _unwire(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         """Routes, neighbors, then the interface and link; what is missing is skipped."""
+        self._unwire_vpp(pod, sw_if_index)
+        self.mode.remove(pod, sw_if_index)
+
+    def _unwire_vpp(self, pod: PodNetwork, sw_if_index: int | None) -> None:
+        """The pod's routes and neighbors in VPP (only ours)."""
         for addr in pod.addresses:
             host = ipaddress.ip_network(f"{addr.ip}/{addr.max_prefixlen}")
             route = ip.routes(self.api, self.cfg.pod_vrf_id, addr.version == 6).get(host)
@@ -125,7 +158,6 @@ class VppDataplane:
                 for (sw, nip), mac in neighbors.dump(self.api, sw_if_index).items():
                     if sw == sw_if_index and nip == str(addr.ip):
                         neighbors.delete(self.api, sw, addr.ip, mac)
-        self.mode.remove(pod, sw_if_index)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
         try:

@@ -34,6 +34,11 @@ class WiringMode(Protocol):
         """Creates the link and VPP's (tagged) interface; each step pushed on `undo`."""
         ...
 
+    def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port | None:
+        """Makes VPP's interface again for a link that survived a VPP restart; None when the
+        link did not survive (TAPs die with VPP) and the pod must be wired from scratch."""
+        ...
+
     def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         """Removes VPP's interface (when given) and the link; missing parts are fine."""
 

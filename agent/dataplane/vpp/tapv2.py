@@ -63,6 +63,10 @@ class TapV2:
         vpp_name = itf.name if itf else f"tap-{sw_if_index}"
         return Port(sw_if_index, vpp_name, pod_mac, vpp_mac)
 
+    def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port | None:
+        """A TAP's kernel end dies with the VPP that opened it: nothing to adopt."""
+        return None
+
     def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         # VPP removes the Linux end (in the pod namespace) together with the TAP.
         if sw_if_index is not None and sw_if_index in tap.dump(self.api):

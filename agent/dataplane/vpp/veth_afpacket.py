@@ -37,6 +37,20 @@ class VethAfPacket:
         set_tag(self.api, sw_if_index, tag)
         return Port(sw_if_index, host, pod_mac, vpp_mac)
 
+    def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port | None:
+        """After a VPP restart the veth pair is still there (its pod end keeps the pod's
+        addresses and routes): only VPP's AF_PACKET interface is made again. None when the
+        veth itself is gone."""
+        host = names.veth_host_ifname(pod.key)
+        if not netlink.link_exists(host):
+            return None
+        vpp_mac = names.vpp_mac(pod.key)
+        self._delete_afpacket(host)
+        sw_if_index = afpacket.create(self.api, host, vpp_mac)
+        undo.push(f"delete af_packet {host}", lambda: self._delete_afpacket(host))
+        set_tag(self.api, sw_if_index, tag)
+        return Port(sw_if_index, host, names.pod_mac(pod.key), vpp_mac)
+
     def _delete_afpacket(self, host: str) -> None:
         if host in afpacket.dump(self.api):
             afpacket.delete(self.api, host)

@@ -1,6 +1,11 @@
-"""etcd unreachable: ADD fails with 11 and leaves nothing; DEL still tears the pod down and the
-release it owes etcd is journaled on disk, settled by the drainer once etcd is back, or by the
-next agent's reconcile if this one dies first. Nothing leaked, nothing handed out twice.
+"""Recovery of the lifecycle, in process with the real pieces.
+
+- etcd unreachable: ADD fails with 11 and leaves nothing; DEL still tears the pod down and the
+  release it owes etcd is journaled on disk, settled by the drainer once etcd is back, or by the
+  next agent's reconcile if this one dies first. Nothing leaked, nothing handed out twice.
+- A live pod whose wiring was damaged behind the agent's back is repaired by reconcile, with
+  its recorded addresses, and reachable again.
+- A netns path that now names another namespace is a dead pod.
 
 Real pieces in this process: an own etcd (stopped and started), the kernel dataplane in this
 machine's namespace, pod sides in fresh test namespaces; a lifecycle PodManager per "agent".
@@ -28,6 +33,7 @@ from agent.request import CniRequest
 from agent.store import Store
 from ipam import IPAMConfig, node_networks
 from tests.helpers.etcd import EtcdServer
+from tests.helpers.netns import ping
 
 SUBNET = "10.236.0.0/16"
 T = TypeVar("T")
@@ -199,3 +205,21 @@ def test_reconcile_treats_a_reused_netns_path_as_dead(
     report = reconcile(node())
     assert report.removed_dead == [str(record.key)]
     assert pods.store.list_allocations(1) == {}  # type: ignore[attr-defined]
+
+
+def test_reconcile_rewires_a_live_pod_whose_host_link_was_deleted(
+    node: Callable[[], PodManager], make_netns: Callable[[], str]
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    record = pods.add(request("ADD", netns, "cut"))
+    subprocess.run(["ip", "link", "del", host_link(pods, "cut")], check=True)  # pod's eth0 too
+    assert pods.live_problems(record)
+
+    report = reconcile(node())
+    assert report.repaired == [str(record.key)] and report.damaged == {}, report.to_json()
+    current = pods.store.get_pod(1, record.key)
+    assert current is not None and current.addresses == record.addresses
+    assert pods.live_problems(current) == []
+    assert ping(netns, str(pods.pools.gateways[0]))
