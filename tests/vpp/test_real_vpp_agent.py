@@ -1,0 +1,117 @@
+"""The whole agent against a real VPP: skipped unless VSWITCH_TEST_VPP_SOCKET names its socket.
+
+Plan: the real agent process (`Dataplane: vpp`, veth + AF_PACKET, a test-only pod subnet and
+interconnect names) and the real plugin wire 20 pods; every pod pings its neighbour pod and the
+node through VPP. If VSWITCH_TEST_VPP_RESTART holds a shell command that restarts VPP (and
+returns once it is started again, e.g. `systemctl restart vpp`), VPP is restarted under the 20
+live pods: the running agent notices, repairs them, and all 20 reach each other again, without
+an agent restart. DEL of all leaves no pod interface, route or allocation.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.agent import AgentHandle, agent_config, net_config, run_plugin, start_agent
+from tests.helpers.netns import ping
+
+SOCKET = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
+RESTART = os.environ.get("VSWITCH_TEST_VPP_RESTART", "")
+API_DIR = os.environ.get("VSWITCH_TEST_VPP_API_DIR", "")
+PODS = 20
+SUBNET = "10.252.0.0/16"
+pytestmark = [
+    pytest.mark.vpp,
+    pytest.mark.skipif(not SOCKET, reason="VSWITCH_TEST_VPP_SOCKET is not set (no real VPP)"),
+]
+
+
+@pytest.fixture
+def agent(tmp_path: Path, etcd_endpoints: list[str]) -> Iterator[AgentHandle]:
+    suffix = secrets.token_hex(2)
+    config = agent_config(
+        tmp_path, etcd_endpoints, pod_subnet=SUBNET, node_name=f"realvpp-{suffix}",
+        extra_config={
+            "Dataplane": "vpp",
+            "VPPAPISocket": SOCKET,
+            "VPPAPIDir": API_DIR,
+            "UseTAPInterfaces": False,
+            "VPPHostInterface": f"vsr{suffix}h",
+            "VPPHostPeerInterface": f"vsr{suffix}v",
+            # a VRF no other VPP user of this machine is likely to have
+            "PodVRFID": 251,
+        },
+    )
+    handle = start_agent(tmp_path, config)
+    try:
+        handle.wait_ready(timeout=60)
+        yield handle
+    finally:
+        handle.stop()
+        for name in (config["VPPHostInterface"], config["VPPHostPeerInterface"]):
+            subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+
+
+def host_linux_ip(agent: AgentHandle) -> str:
+    status, ipam = agent.get("/contiv/v1/ipam")
+    assert status == 200, ipam
+    network = ipaddress.ip_network(ipam["vppHostNetwork"])
+    return str(network.network_address + 2)  # VPP's end is .1, the node's .2 (Contiv's rule)
+
+
+def all_reachable(pods: list[tuple[str, str, str]], node_ip: str) -> list[str]:
+    """Pod i pings pod i+1 and the node; returns what failed."""
+    failed = []
+    for i, (netns, cid, _) in enumerate(pods):
+        peer = pods[(i + 1) % len(pods)][2]
+        if not ping(netns, peer):
+            failed.append(f"{cid} -> {peer}")
+        if not ping(netns, node_ip):
+            failed.append(f"{cid} -> node {node_ip}")
+    return failed
+
+
+def test_twenty_pods_through_vpp_survive_a_vpp_restart(
+    agent: AgentHandle, make_netns: Callable[[], str]
+) -> None:
+    conf = net_config(agent)
+    pods: list[tuple[str, str, str]] = []
+    try:
+        for _ in range(PODS):
+            netns, cid = make_netns(), f"c{secrets.token_hex(8)}"
+            out = run_plugin("ADD", conf, container_id=cid, netns=netns)
+            assert out.returncode == 0, out.stdout + out.stderr
+            pods.append((netns, cid, out.json["ips"][0]["address"].split("/")[0]))
+        node_ip = host_linux_ip(agent)
+        assert all_reachable(pods, node_ip) == []
+
+        if RESTART:
+            generation_before = (agent.get("/v1/reconcile")[1].get("lastRepair") or {}).get(
+                "generation", 1)
+            subprocess.run(["sh", "-c", RESTART], check=True, timeout=120)
+            deadline = time.monotonic() + 60
+            report: dict[str, Any] = {}
+            while time.monotonic() < deadline:
+                report = agent.get("/v1/reconcile")[1].get("lastRepair") or {}
+                if int(report.get("generation", 0)) > generation_before:
+                    break
+                time.sleep(0.2)
+            assert report.get("damaged") == {}, report
+            assert agent.process.poll() is None
+            assert all_reachable(pods, node_ip) == []
+    finally:
+        for netns, cid, _ in pods:
+            out = run_plugin("DEL", conf, container_id=cid, netns=netns)
+            assert out.returncode == 0, out.stdout
+    assert agent.allocated() == set()
+    status, records = agent.get("/v1/pods")
+    assert status == 200 and records["pods"] == []
