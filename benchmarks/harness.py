@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -50,10 +51,16 @@ class Namespaces:
         self.created: list[str] = []
 
     def create(self) -> Path:
-        name = unique(self.prefix)
-        netns.create(name)
-        self.created.append(name)
-        return NETNS_DIR / name
+        for _ in range(5):
+            # pid + 32 random bits: hundreds of pods at once must not meet (15 characters)
+            name = f"{self.prefix}{os.getpid() % 10000:04d}{secrets.token_hex(4)}"
+            try:
+                netns.create(name)
+            except FileExistsError:
+                continue
+            self.created.append(name)
+            return NETNS_DIR / name
+        raise RuntimeError("no free network namespace name after 5 tries")
 
     def remove(self, path: Path) -> None:
         name = path.name
