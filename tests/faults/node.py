@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import secrets
 import signal
 import subprocess
@@ -98,6 +99,22 @@ class Outcome:
             f"{self.verb} {self.pod}: exit {self.result.returncode} code {self.code} "
             f"{self.result.stdout.strip()[:300]} {self.result.stderr.strip()[-300:]}"
         )
+
+
+_LEVEL = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+def _significant(lines: list[str]) -> list[str]:
+    """Log lines at INFO and above, with the untimestamped lines (tracebacks) that follow."""
+    kept: list[str] = []
+    keep = False
+    for line in lines:
+        level = _LEVEL.match(line)
+        if level:
+            keep = level.group(1) != "DEBUG"
+        if keep:
+            kept.append(line[:400])
+    return kept
 
 
 def pod_has_interface(pod: Pod) -> bool:
@@ -218,12 +235,13 @@ class FaultNode:
         assert self.agent is not None
         return self.agent.process.wait(timeout=timeout)
 
-    def log(self) -> str:
-        """The logs of every agent this node started, oldest first (tail)."""
+    def log(self, lines: int = 25) -> str:
+        """The last INFO-and-above lines (with tracebacks) of every agent this node started."""
         parts = []
         for path in sorted(self.tmp_path.glob(f"{self.name}-*.log"),
                            key=lambda p: int(p.stem.rsplit("-", 1)[1])):
-            parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}")
+            kept = _significant(path.read_text(errors="replace").splitlines())
+            parts.append(f"--- {path.name}\n" + "\n".join(kept[-lines:]))
         return "\n".join(parts)
 
     # ---- namespaces and plugin calls -------------------------------------------------------
