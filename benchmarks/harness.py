@@ -88,14 +88,17 @@ def bench_agent_config(
     return config
 
 
-def launch_agent(tmp: Path, config: dict[str, Any], name: str = "agent") -> AgentHandle:
-    """Starts `vswitch-agent` (as tests.helpers.agent.start_agent, but at INFO, as deployed)."""
+def launch_agent(tmp: Path, config: dict[str, Any], name: str = "agent",
+                 profile_to: Path | None = None) -> AgentHandle:
+    """Starts `vswitch-agent` (as tests.helpers.agent.start_agent, but at INFO, as deployed);
+    with `profile_to`, under cProfile writing there when the agent exits."""
     config_path = tmp / f"{name}.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log_path = tmp / f"{name}.log"
+    profiler = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "agent.main", "--config", str(config_path)],
+            [sys.executable, *profiler, "-m", "agent.main", "--config", str(config_path)],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
         )
     return AgentHandle(process=process, socket=Path(config["CNISocket"]),

@@ -322,6 +322,14 @@ def _restart_section(r: Results) -> list[str]:
                 f"(what one per-pod check needs at least) takes median {_n(s.median, 2)} ms "
                 f"(min {_n(s.min, 2)}, p99 {_n(s.p99, 2)}, n = {s.n}); for {f.pods} pods that "
                 f"is {_n(s.median * f.pods / 1000, 2)} s if done one pod after another.", ""]
+    if f.profile:
+        out += [f"Profile: one more restart under cProfile (its reconcile took "
+                f"{_n(f.profiled_reconcile_s, 2)} s with the profiler's overhead). The heaviest "
+                "functions below `reconcile()` by cumulative time (agent, pyroute2 and etcd "
+                "client code; nested calls are counted in each of their callers):", ""]
+        out += _table(("function", "calls", "cumulative s", "ms per call"),
+                      [[name, str(calls), _n(cum, 3), _n(cum / calls * 1000, 2) if calls else ""]
+                       for name, calls, cum in f.profile])
     return out
 
 

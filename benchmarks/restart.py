@@ -12,6 +12,7 @@ For the memory floor, VmRSS of a bare interpreter that only imports the agent's 
 
 from __future__ import annotations
 
+import pstats
 import subprocess
 import sys
 import time
@@ -55,11 +56,15 @@ class RestartFigures:
     reports: list[dict[str, Any]] = field(default_factory=list)
     import_rss: int = 0
     netns_open_ms: list[float] = field(default_factory=list)
+    # one more restart under cProfile: (function, calls, cumulative s) under reconcile()
+    profile: list[tuple[str, int, float]] = field(default_factory=list)
+    profiled_reconcile_s: float = 0.0
 
 
-def _restart(tmp: Path, config: dict[str, Any], name: str) -> tuple[AgentHandle, float]:
+def _restart(tmp: Path, config: dict[str, Any], name: str,
+             profile_to: Path | None = None) -> tuple[AgentHandle, float]:
     start = time.monotonic()
-    agent = launch_agent(tmp, config, name)
+    agent = launch_agent(tmp, config, name, profile_to)
     try:
         ready = wait_ready(agent)
     except BaseException:
@@ -73,6 +78,39 @@ def _report(agent: AgentHandle) -> dict[str, Any]:
     if status != 200 or not isinstance(body, dict):
         raise RuntimeError(f"GET /v1/reconcile answered {status}: {body}")
     return body
+
+
+def _profiled_restart(tmp: Path, config: dict[str, Any],
+                      ) -> tuple[AgentHandle, float, list[tuple[str, int, float]]]:
+    """Restarts the agent under cProfile (main thread: reconcile runs there, before serving),
+    stops it so that the profile is written, starts it again plainly; returns that agent, the
+    profiled reconcile's seconds and the heaviest functions below reconcile()."""
+    path = tmp / "reconcile.prof"
+    agent, _ = _restart(tmp, config, "profiled", profile_to=path)
+    seconds = float(_report(agent)["seconds"])
+    agent.stop()
+    agent, _ = _restart(tmp, config, "after-profile")
+    return agent, seconds, heaviest_under(path, "reconcile")
+
+
+def heaviest_under(path: Path, root: str, count: int = 12) -> list[tuple[str, int, float]]:
+    """Functions by cumulative time that the `root` function's time includes (a callee
+    anywhere below it: cumulative time < root's), for agent, pyroute2 and etcd code."""
+    stats = pstats.Stats(str(path))
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    roots = [v[3] for (file, _, func), v in table.items()
+             if func == root and file.endswith("agent/reconcile.py")]
+    if not roots:
+        return []
+    limit = max(roots)
+    rows = []
+    for (file, line, func), (_, calls, _, cumulative, _) in table.items():
+        if cumulative >= limit or func == "<module>" or not any(
+                k in file for k in ("agent/", "pyroute2", "pyetcd")):
+            continue
+        where = file.split("site-packages/")[-1].split("/work/main/")[-1]
+        rows.append((f"{func} ({where}:{line})", int(calls), float(cumulative)))
+    return sorted(rows, key=lambda r: -r[2])[:count]
 
 
 def netns_open_ms(pods: list[Pod]) -> list[float]:
@@ -123,6 +161,9 @@ def run(tmp: Path, config: dict[str, Any], network: Callable[[AgentHandle], CniN
             out.reconcile_loaded_s.append(float(report["seconds"]))
             out.rss_loaded.append(vm_rss_bytes(agent.process.pid))
             out.reports.append(report)
+        agent.stop()
+        agent = None
+        agent, out.profiled_reconcile_s, out.profile = _profiled_restart(tmp, config)
         delete_pods(net, namespaces, added)
         added = []
         return out
