@@ -158,7 +158,7 @@ def main() -> int:
         step("starting vswitch-agent (kernel dataplane)")
         config = stack.enter_context(agent(workdir, etcd_url))
         netconf = {"cniVersion": "1.1.0", "name": "demo", "type": "vswitch-cni",
-                   "agentSocket": config["CNISocket"]}
+                   "agentSocket": config["CNISocket"], "stateDir": config["StateDir"]}
         step("adding two pods through the vswitch-cni executable")
         a, gateway = stack.enter_context(pod("vswdemo-a", netconf))
         b, _ = stack.enter_context(pod("vswdemo-b", netconf))

@@ -1,12 +1,16 @@
-"""The DEL journal: releases that etcd could not take yet, kept on the node's disk.
+"""The DEL journal: releases that the agent could not settle with etcd yet, kept on the node.
 
-A DEL that finds etcd unreachable still tears the attachment's dataplane down and answers
-success (the runtime must not retry forever, and the pod must stop being reachable), but the
-record and its allocation keys cannot be deleted. The attachment goes into this journal instead,
-one small file per attachment, written and fsync'd before DEL answers; the agent deletes the
-record from etcd and returns the addresses to its pools once etcd answers again (a background
-drainer, and reconcile at start). Until then the addresses stay reserved: nothing is handed out
-twice, nothing is lost.
+Two writers, one format (`<StateDir>/pending-deletes/<sha256(container_id NUL ifname)[:32]>.json`):
+- the agent, when a DEL finds etcd unreachable: it still tears the attachment's dataplane down
+  and answers success, and journals the release (`detached: true`, with the record it knew);
+- the plugin, when a DEL cannot reach the agent at all (agent down or restarting): it journals
+  the attachment (`detached: false`, with the netns) and answers success, so the pod does not
+  stick in Terminating; the agent tears the dataplane down when it settles the entry.
+
+Each entry is written whole (temp file, fsync, rename) before DEL answers. The agent settles
+entries at start (reconcile) and from a background drainer once etcd answers: dataplane first
+where still needed, then the record and its allocation keys, then the addresses go back to the
+pools. Until then the addresses stay reserved: nothing is handed out twice, nothing is lost.
 """
 
 from __future__ import annotations
@@ -16,11 +20,22 @@ import json
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.model import PodKey, PodRecord
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One journaled DEL."""
+
+    key: PodKey
+    record: PodRecord | None  # what the agent knew, if it wrote the entry
+    detached: bool  # the dataplane is already torn down
+    netns: str = ""
 
 
 class DeleteJournal:
@@ -30,25 +45,33 @@ class DeleteJournal:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock = threading.Lock()
-        self._pending: dict[PodKey, PodRecord | None] = {}
+        self._pending: dict[PodKey, Pending] = {}
+        self.rescan()
+
+    def rescan(self) -> None:
+        """Reads entries written by others (the plugin) since the last look."""
         for path in sorted(self.directory.glob("*.json")):
             try:
-                key, record = _read(path)
+                entry = _read(path)
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 # Entries are written whole (rename after fsync); this one was edited by hand.
                 log.error("DEL journal entry %s is unreadable (%s); moved aside", path, exc)
                 os.replace(path, path.with_suffix(".corrupt"))
                 continue
-            self._pending[key] = record
+            with self._lock:
+                self._pending.setdefault(entry.key, entry)
 
     def _path(self, key: PodKey) -> Path:
         return self.directory / f"{key.digest(32)}.json"
 
     def add(self, key: PodKey, record: PodRecord | None) -> None:
-        """Durably notes that `key`'s record and addresses must be released."""
+        """Durably notes that `key`'s (already detached) record and addresses must be released."""
+        netns = record.netns if record else ""
         data = {
             "container_id": key.container_id,
             "ifname": key.ifname,
+            "netns": netns,
+            "detached": True,
             "record": record.to_json_dict() if record else None,
         }
         path = self._path(key)
@@ -60,7 +83,7 @@ class DeleteJournal:
         os.replace(tmp, path)
         _fsync_dir(self.directory)
         with self._lock:
-            self._pending[key] = record
+            self._pending[key] = Pending(key, record, True, netns)
 
     def remove(self, key: PodKey) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -69,9 +92,13 @@ class DeleteJournal:
         with self._lock:
             self._pending.pop(key, None)
 
-    def pending(self) -> list[tuple[PodKey, PodRecord | None]]:
+    def get(self, key: PodKey) -> Pending | None:
         with self._lock:
-            return list(self._pending.items())
+            return self._pending.get(key)
+
+    def pending(self) -> list[Pending]:
+        with self._lock:
+            return list(self._pending.values())
 
     def __contains__(self, key: object) -> bool:
         with self._lock:
@@ -82,11 +109,12 @@ class DeleteJournal:
             return len(self._pending)
 
 
-def _read(path: Path) -> tuple[PodKey, PodRecord | None]:
+def _read(path: Path) -> Pending:
     data = json.loads(path.read_text())
     key = PodKey(str(data["container_id"]), str(data["ifname"]))
     raw = data.get("record")
-    return key, PodRecord.from_json_dict(raw) if isinstance(raw, dict) else None
+    record = PodRecord.from_json_dict(raw) if isinstance(raw, dict) else None
+    return Pending(key, record, bool(data.get("detached", True)), str(data.get("netns", "")))
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -276,35 +276,47 @@ class PodManager:
         """Settles journaled DELs with etcd; returns how many are still pending."""
         if self.journal is None:
             return 0
-        for key, _record in self.journal.pending():
-            with self.locks.hold(key):
+        self.journal.rescan()  # the plugin journals DELs it could not bring to the agent
+        for entry in self.journal.pending():
+            with self.locks.hold(entry.key):
                 try:
-                    self._drain_key(key)
+                    self._drain_key(entry.key)
                 except TryAgainLater:
                     break
                 except CniError as exc:
-                    log.error("journaled DEL of %s cannot be settled: %s", key, exc)
+                    log.error("journaled DEL of %s cannot be settled: %s", entry.key, exc)
         return len(self.journal)
 
     def _drain_key(self, key: PodKey) -> None:
-        """Deletes a journaled attachment's record and releases its addresses (lock held)."""
+        """Settles one journaled DEL (lock held): the dataplane if the plugin journaled it,
+        then the record and its allocation keys, then the addresses go back to the pools."""
         assert self.journal is not None
-        if key not in self.journal:
+        entry = self.journal.get(key)
+        if entry is None:
             return
-        journaled = dict(self.journal.pending()).get(key)
-        deleted = self.store.delete_pod(self.node_id, key, known=journaled)
-        gone = deleted or journaled
+        known = entry.record
+        if not entry.detached:
+            current = self.store.get_pod(self.node_id, key)
+            if current is not None:
+                wiring = Wiring(**current.wiring) if current.wiring else None
+                self.dataplane.detach(current.network(), wiring)
+                known = current
+            else:
+                self.dataplane.detach(PodNetwork(key, entry.netns, (), (), self.mtu), None)
+        deleted = self.store.delete_pod(self.node_id, key, known=known)
+        gone = deleted or known
         if gone is not None:
             self.pools.release(gone.addresses)
+        self._forget(key)
         self.journal.remove(key)
-        log.info("journaled DEL of %s settled with etcd", key)
+        log.info("journaled DEL of %s settled", key)
 
     def start_drainer(self, interval: float = 1.0) -> None:
         """A background thread that settles journaled DELs while etcd comes back."""
 
         def run() -> None:
             while not self._stop.wait(interval):
-                if self.journal is not None and len(self.journal):
+                if self.journal is not None:
                     try:
                         self.drain_journal()
                     except Exception:  # never let the drainer die; it logs and tries again

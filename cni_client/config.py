@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 
 from cni_client.errors import (
@@ -31,6 +32,7 @@ VERBS = ("ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION")
 MAX_STDIN = 1 << 20
 DEFAULT_SOCKET = "/run/vswitch-cni/cni.sock"
 DEFAULT_TIMEOUT = 30.0
+DEFAULT_STATE_DIR = "/var/lib/vswitch-cni"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # Variables each verb requires (libcni skel's table); the others are optional.
@@ -48,8 +50,8 @@ class Invocation:
     """One validated plugin call."""
 
     __slots__ = ("args", "cni_path", "cni_version", "command", "config", "container_id",
-                 "ifname", "log_file", "log_level", "netns", "pod_uid", "socket", "stdin",
-                 "timeout")
+                 "ifname", "log_file", "log_level", "netns", "pod_uid", "socket", "state_dir",
+                 "stdin", "timeout")
 
     def __init__(self, command: str, env: Mapping[str, str], stdin: str,
                  config: dict[str, object]) -> None:
@@ -64,6 +66,7 @@ class Invocation:
         self.config = config
         self.cni_version = str(config["cniVersion"])
         self.socket = str(config.get("agentSocket", DEFAULT_SOCKET))
+        self.state_dir = str(config.get("stateDir", DEFAULT_STATE_DIR))
         timeout = config.get("timeoutSeconds", DEFAULT_TIMEOUT)
         self.timeout = float(timeout) if isinstance(timeout, int | float) else DEFAULT_TIMEOUT
         log_file = config.get("logFile")
@@ -186,6 +189,9 @@ def _check_own_keys(config: dict[str, object]) -> None:
     socket = config.get("agentSocket", DEFAULT_SOCKET)
     if not isinstance(socket, str) or not socket or "\0" in socket:
         raise _field_error("agentSocket", "must be a non-empty path string")
+    state_dir = config.get("stateDir", DEFAULT_STATE_DIR)
+    if not isinstance(state_dir, str) or not os.path.isabs(state_dir) or "\0" in state_dir:
+        raise _field_error("stateDir", "must be an absolute path string")
     timeout = config.get("timeoutSeconds", DEFAULT_TIMEOUT)
     if (not isinstance(timeout, int | float) or isinstance(timeout, bool)
             or not math.isfinite(timeout) or timeout <= 0):

@@ -4,9 +4,10 @@ This is the one place where gRPC outcomes become CNI errors:
 - a reply message with `result` != 0 is the agent's CNI error, passed through as is (the agent
   sends it together with a non-OK gRPC status, which is what an old Contiv client looks at);
 - a bare status: UNAVAILABLE/DEADLINE_EXCEEDED -> 11 (try again later), others -> 999;
-- an unreachable agent -> 11 for ADD/CHECK/GC, 50 (not ready) for STATUS, and for DEL best effort:
-  we log what could not be done and succeed, so a pod never sticks in Terminating (the agent
-  reconciles its pod records and releases the leftovers later).
+- an unreachable agent -> 11 for ADD/CHECK/GC, 50 (not ready) for STATUS; a DEL is journaled on
+  the node's disk (cni_client/journal) and succeeds, so a pod never sticks in Terminating: the
+  agent tears the attachment down and releases its addresses when it settles the journal. Only
+  a DEL that cannot even be journaled fails (11), so the runtime retries it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 
 from cni_client import __version__, grpc_unix, protowire
 from cni_client.errors import INTERNAL, NOT_READY, TRY_AGAIN_LATER, PluginError
+from cni_client.journal import journal_delete
 from cni_client.result import render
 
 TYPE_CHECKING = False
@@ -68,8 +70,7 @@ def run(inv: Invocation, env: Mapping[str, str], log: Log) -> dict[str, object] 
                           reply["error_details"])
     if call.status != grpc_unix.OK:
         if inv.command == "DEL" and reply is None and call.status in _TRANSIENT:
-            log.warning(f"agent unreachable, DEL of {inv.container_id}/{inv.ifname} not done "
-                        f"now ({call.message}); the agent releases it when it reconciles")
+            _journal(inv, call.message, log)
             return None
         raise status_error(inv.command, call)
     if reply is None:
@@ -79,6 +80,16 @@ def run(inv: Invocation, env: Mapping[str, str], log: Log) -> dict[str, object] 
         return None
     prev = inv.config.get("prevResult")
     return render(reply, inv.cni_version, prev if isinstance(prev, dict) else None)
+
+
+def _journal(inv: Invocation, why: str, log: Log) -> None:
+    try:
+        path = journal_delete(inv.state_dir, inv.container_id, inv.ifname, inv.netns)
+    except OSError as exc:
+        raise PluginError(TRY_AGAIN_LATER, "vswitch agent is not reachable and the DEL could "
+                          f"not be journaled in {inv.state_dir}", f"{why}; {exc}") from exc
+    log.warning(f"agent unreachable ({why}): DEL of {inv.container_id}/{inv.ifname} journaled "
+                f"in {path}; the agent settles it when it is back")
 
 
 def _decode_reply(call: grpc_unix.CallResult) -> CNIReply | None:

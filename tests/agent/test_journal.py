@@ -21,7 +21,11 @@ def test_entries_outlive_the_process_and_go_when_removed(tmp_path: Path) -> None
     first.add(PodKey("a", "eth0"), _record("a"))
     first.add(PodKey("b", "net1"), None)
     second = DeleteJournal(tmp_path / "j")
-    assert dict(second.pending()) == {PodKey("a", "eth0"): _record("a"), PodKey("b", "net1"): None}
+    assert {p.key: p.record for p in second.pending()} == {
+        PodKey("a", "eth0"): _record("a"),
+        PodKey("b", "net1"): None,
+    }
+    assert all(p.detached for p in second.pending())
     second.remove(PodKey("a", "eth0"))
     second.remove(PodKey("a", "eth0"))  # idempotent
     assert PodKey("a", "eth0") not in DeleteJournal(tmp_path / "j")
@@ -33,6 +37,19 @@ def test_a_damaged_entry_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureF
     journal.add(PodKey("a", "eth0"), _record("a"))
     (tmp_path / "j" / "broken.json").write_text("{not json")
     again = DeleteJournal(tmp_path / "j")
-    assert [k for k, _ in again.pending()] == [PodKey("a", "eth0")]
+    assert [p.key for p in again.pending()] == [PodKey("a", "eth0")]
     assert (tmp_path / "j" / "broken.corrupt").exists()
     assert "unreadable" in caplog.text
+
+
+def test_entries_the_plugin_writes_later_are_found_by_a_rescan(tmp_path: Path) -> None:
+    journal = DeleteJournal(tmp_path / "j")
+    key = PodKey("c" * 64, "eth0")
+    (tmp_path / "j" / f"{key.digest(32)}.json").write_text(
+        '{"container_id": "' + "c" * 64 + '", "ifname": "eth0", "netns": "/proc/1/ns/net",'
+        ' "detached": false, "record": null}'
+    )
+    assert key not in journal
+    journal.rescan()
+    entry = journal.get(key)
+    assert entry is not None and not entry.detached and entry.netns == "/proc/1/ns/net"

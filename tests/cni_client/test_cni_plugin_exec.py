@@ -7,13 +7,15 @@ stdout holds exactly the result or the error object, nothing else):
   prevResult (our interfaces appended, indices shifted);
 - DEL, CHECK, STATUS, GC succeed silently; version gates (CHECK < 0.4.0, GC/STATUS < 1.1.0 -> 1);
 - agent-side errors pass through with code, msg, details; bare statuses map to 11 / 999;
-- unreachable agent: 11 for ADD/CHECK/GC, 50 for STATUS, success (logged) for DEL;
+- unreachable agent: 11 for ADD/CHECK/GC, 50 for STATUS, DEL journaled on disk and success
+  (11 when it cannot be journaled);
 - bad input: each missing/invalid env var -> 4, undecodable stdin -> 6, invalid config -> 7 naming
   the field, unsupported cniVersion -> 1, oversized stdin.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -225,15 +227,31 @@ def test_hanging_agent_hits_timeout_seconds(agent: ScriptedAgent) -> None:
 
 
 @pytest.mark.parametrize("hang", [False, True])
-def test_del_is_best_effort_when_the_agent_is_unreachable(agent: ScriptedAgent, short_dir: str,
-                                                          hang: bool) -> None:
+def test_del_is_journaled_when_the_agent_is_unreachable(agent: ScriptedAgent, short_dir: str,
+                                                        hang: bool) -> None:
     log_file = os.path.join(short_dir, "plugin.log")
+    state_dir = os.path.join(short_dir, "state")
     socket = agent.socket_path if hang else os.path.join(short_dir, "absent.sock")
     agent.servicer.handlers["Delete"] = agent.servicer.hang
-    result = run("DEL", conf("1.1.0", socket, timeoutSeconds=0.5, logFile=log_file))
+    result = run("DEL", conf("1.1.0", socket, timeoutSeconds=0.5, logFile=log_file,
+                             stateDir=state_dir))
     assert (result.rc, result.stdout) == (0, "")
-    assert "agent unreachable" in result.stderr
+    assert "agent unreachable" in result.stderr and "journaled" in result.stderr
     assert "agent unreachable" in Path(log_file).read_text()
+    entries = list(Path(state_dir, "pending-deletes").iterdir())
+    assert [e.name for e in entries] == [
+        hashlib.sha256(b"0123abcd\0eth0").hexdigest()[:32] + ".json"]
+    assert json.loads(entries[0].read_text()) == {
+        "container_id": "0123abcd", "ifname": "eth0", "netns": "/var/run/netns/pod",
+        "detached": False, "record": None}
+
+
+def test_del_that_cannot_be_journaled_asks_to_try_again(short_dir: str) -> None:
+    blocker = os.path.join(short_dir, "file")
+    Path(blocker).write_text("")
+    result = run("DEL", conf("1.1.0", os.path.join(short_dir, "absent.sock"),
+                             stateDir=os.path.join(blocker, "state")))
+    assert_error(result, 11, "journaled")
 
 
 # --- bad input -----------------------------------------------------------------------------------

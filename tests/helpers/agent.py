@@ -230,6 +230,7 @@ def net_config(agent: AgentHandle, version: str = "1.1.0", **extra: Any) -> dict
         "name": "vswitch-test",
         "type": "vswitch-cni",
         "agentSocket": str(agent.socket),
+        "stateDir": agent.config["StateDir"],
         "timeoutSeconds": 20,
         **extra,
     }
