@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.invariants import assert_converged, wait_converged
-from tests.faults.node import FaultNode, Pod, host_links, pod_has_interface, state_dir_supported
+from tests.faults.node import FaultNode, Pod, host_links, pod_has_interface
 from tests.faults.seed import SEED_ENV
 from tests.faults.trials import describe, in_flight, plan, retry, settle, top_up
 from tests.helpers.etcd import EtcdServer
@@ -37,11 +37,7 @@ from tests.helpers.etcd import EtcdServer
 NodeFactory = Callable[..., FaultNode]
 ADD_DEADLINE = 3.0  # the agent's 2 s etcd deadline plus the plugin's exec, on a loaded machine
 ETCD_TRIALS = 6
-# The DEL journal comes with the agent's `StateDir` key: an agent without it cannot pass these
-# (it even refuses the key), one with it must.
-JOURNAL_XFAIL = pytest.mark.xfail(
-    not state_dir_supported(), strict=True, reason="DEL journal not implemented yet"
-)
+
 
 
 @pytest.fixture
@@ -69,7 +65,7 @@ def wait_ready(node: FaultNode, timeout: float = 10.0) -> float:
 
 
 def live_node(make_node: NodeFactory, etcd: EtcdServer, tmp_path: Path, pods: int) -> FaultNode:
-    # StateDir set always: these tests need the DEL journal (an agent without the key refuses).
+    # the DEL journal's directory, explicitly: these tests depend on it
     node = make_node(etcd.endpoints, StateDir=str(tmp_path / "journal"))
     node.start()
     for _ in range(pods):
@@ -82,7 +78,7 @@ def live_node(make_node: NodeFactory, etcd: EtcdServer, tmp_path: Path, pods: in
 def test_add_while_etcd_down_fails_fast_and_leaves_nothing(
     etcd: EtcdServer, make_node: NodeFactory
 ) -> None:
-    node = make_node(etcd.endpoints)  # StateDir only where the agent knows it (FaultNode)
+    node = make_node(etcd.endpoints)
     node.start()
     assert node.add(node.new_pod()).ok
     links_before = prefix_links(node)
@@ -120,7 +116,6 @@ def _del_during_outage(node: FaultNode, etcd: EtcdServer) -> tuple[Pod, str]:
     return pod, context
 
 
-@JOURNAL_XFAIL
 def test_del_while_etcd_down_converges_when_etcd_is_back(
     etcd: EtcdServer, make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -135,7 +130,6 @@ def test_del_while_etcd_down_converges_when_etcd_is_back(
     assert_converged(node, f"{context}; etcd back, converged, one more pod")
 
 
-@JOURNAL_XFAIL
 def test_del_while_etcd_down_survives_an_agent_kill(
     etcd: EtcdServer, make_node: NodeFactory, tmp_path: Path
 ) -> None:

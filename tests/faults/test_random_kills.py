@@ -81,5 +81,6 @@ def test_random_kills_lose_nothing(
     node.forget()
     assert_converged(node, f"{SEED_ENV}={fault_seed}: after deleting every pod")
     assert node.running.allocated() == set()
+    stats["agents restarted after an etcd failure at start"] = node.start_retries
     print(f"{TRIALS} trials in {time.monotonic() - started:.1f} s, seed {fault_seed}:",
           dict(sorted(stats.items())))
