@@ -119,11 +119,11 @@ def test_agent_wires_pods_into_vpp_and_repairs_them_after_a_vpp_restart(
 
     fake.restart()
     assert all(fake.interface_by_tag(names.pod_tag(PodKey(c, "eth0"))) is None for _, c in pods)
-    wait_for("the agent's repair after the VPP restart", lambda: all(
-        vpp_holds(fake, PodKey(cid, "eth0"), a) == []
-        for (_, cid), a in zip(pods, addresses, strict=True)))
+    wait_for("the agent's repair report", lambda: agent.get("/v1/reconcile")[1]["lastRepair"])
     status, report = agent.get("/v1/reconcile")
     assert status == 200 and report["lastRepair"]["damaged"] == {}, report
+    for (_, cid), address in zip(pods, addresses, strict=True):
+        assert vpp_holds(fake, PodKey(cid, "eth0"), address) == []
     assert agent.process.poll() is None  # repaired by the running agent, not a restart
     out = run_plugin("STATUS", conf)
     assert out.returncode == 0, out.stdout

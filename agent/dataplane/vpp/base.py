@@ -16,12 +16,17 @@ Objects are found again by their tags (names.GATEWAY_TAG, names.HOST_TAG).
 from __future__ import annotations
 
 import ipaddress
+import logging
 from dataclasses import dataclass
 
-from agent.dataplane.vpp import afpacket, hostlink, interfaces, ip, names, tap
+from agent import netlink
+from agent.dataplane.vpp import afpacket, hostlink, interfaces, ip, names, neighbors, tap
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.config import VppConfig
 from agent.model import IPInterface
+
+log = logging.getLogger(__name__)
+HOST_LINUX_MAC = names.base_mac("host-linux")  # the node's end of the interconnect
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,19 @@ def ensure_tables(api: VppApi, cfg: VppConfig) -> None:
 
 
 def _bind(api: VppApi, sw_if_index: int, vrf_id: int, addrs: list[IPInterface]) -> None:
-    """Table first (VPP refuses a table change on an addressed interface), then addresses."""
+    """Exactly `addrs` on the interface, in table `vrf_id`. VPP refuses a table change on an
+    addressed interface, so a changed config (another VRF or subnet) first loses the old
+    addresses, then changes table, then gets the new ones."""
     present = set(interfaces.addresses(api, sw_if_index))
+    wanted = set(addrs)
     for ipv6 in sorted({a.version == 6 for a in addrs}):
         if interfaces.get_table(api, sw_if_index, ipv6) != vrf_id:
+            for old in sorted(a for a in present if (a.version == 6) == ipv6):
+                interfaces.delete_address(api, sw_if_index, old)
+                present.discard(old)
             interfaces.set_table(api, sw_if_index, vrf_id, ipv6)
+    for old in sorted(present - wanted, key=str):
+        interfaces.delete_address(api, sw_if_index, old)
     for addr in addrs:
         if addr not in present:
             interfaces.add_address(api, sw_if_index, addr)
@@ -80,18 +93,23 @@ def ensure_pod_routes(api: VppApi, cfg: VppConfig) -> None:
 def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
     if cfg.vpp_host_ip is None or cfg.host_linux_ip is None:
         return None
-    found = interfaces.by_tag(api, names.HOST_TAG)
-    if found:
-        sw_if_index = found[0].sw_if_index
-    elif cfg.use_tap:
+    sw_if_index = _current_host_link(api, cfg)
+    if sw_if_index is None and cfg.use_tap:
         sw_if_index = _host_tap(api, cfg)
-    else:
-        hostlink.ensure_veth_pair(cfg.host_ifname, cfg.host_vpp_ifname, cfg.mtu, names.HOST_TAG)
+    elif sw_if_index is None:
+        hostlink.ensure_veth_pair(
+            cfg.host_ifname, cfg.host_vpp_ifname, cfg.mtu, names.HOST_TAG, HOST_LINUX_MAC
+        )
         sw_if_index = afpacket.create(api, cfg.host_vpp_ifname, names.base_mac("host-vpp"))
     interfaces.set_tag(api, sw_if_index, names.HOST_TAG)
     _bind(api, sw_if_index, cfg.main_vrf_id, [cfg.vpp_host_ip])
     interfaces.set_mtu(api, sw_if_index, cfg.mtu)
     interfaces.set_admin_up(api, sw_if_index)
+    # The node's end as a static neighbor: VPP would otherwise drop the first packet of
+    # pod -> node traffic while it resolves the node by ARP.
+    known = neighbors.dump(api, sw_if_index).get((sw_if_index, str(cfg.host_linux_ip.ip)))
+    if known != HOST_LINUX_MAC:
+        neighbors.add(api, sw_if_index, cfg.host_linux_ip.ip, HOST_LINUX_MAC)
     _cross_vrf_routes(api, cfg)
     hostlink.ensure_address_and_routes(
         cfg.host_ifname, cfg.host_linux_ip, cfg.vpp_host_ip, [str(s) for s in cfg.pod_subnets]
@@ -99,10 +117,35 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
     return sw_if_index
 
 
+def _current_host_link(api: VppApi, cfg: VppConfig) -> int | None:
+    """VPP's tagged interconnect interface if it still fits the config and its Linux end is
+    there; a stale one (other names or mode, Linux end deleted) is removed so it is made anew."""
+    current = None
+    taps = tap.dump(api)
+    bound = afpacket.dump(api)
+    for itf in interfaces.by_tag(api, names.HOST_TAG):
+        sw = itf.sw_if_index
+        fits = (
+            taps.get(sw) is not None and taps[sw].host_ifname == cfg.host_ifname
+            if cfg.use_tap
+            else bound.get(cfg.host_vpp_ifname) == sw and netlink.link_exists(cfg.host_ifname)
+        )
+        if fits and current is None:
+            current = sw
+            continue
+        log.warning("removing the stale VPP-host interconnect %s", itf.name)
+        if sw in taps:
+            tap.delete(api, sw)
+        for host, host_sw in bound.items():
+            if host_sw == sw:
+                afpacket.delete(api, host)
+    return current
+
+
 def _host_tap(api: VppApi, cfg: VppConfig) -> int:
     req = tap.TapRequest(
         vpp_mac=names.base_mac("host-vpp"), host_ifname=cfg.host_ifname, host_netns="",
-        host_mac=names.base_mac("host-linux"), host_mtu=cfg.mtu, rx_ring=cfg.tap_rx_ring_size,
+        host_mac=HOST_LINUX_MAC, host_mtu=cfg.mtu, rx_ring=cfg.tap_rx_ring_size,
         tx_ring=cfg.tap_tx_ring_size, tag=names.HOST_TAG,
     )
     return tap.create(api, req)

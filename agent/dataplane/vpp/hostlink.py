@@ -17,11 +17,14 @@ from agent.errors import DataplaneFailure
 from agent.model import IPInterface
 
 
-def ensure_veth_pair(host_ifname: str, vpp_ifname: str, mtu: int, alias: str) -> None:
-    """Creates the pair when missing and brings both ends up."""
+def ensure_veth_pair(
+    host_ifname: str, vpp_ifname: str, mtu: int, alias: str, host_mac: str
+) -> None:
+    """Creates the pair when missing (the Linux end with `host_mac`, which VPP knows as a
+    static neighbor) and brings both ends up."""
     with netlink.host_ns() as ipr, netlink.translated(f"host link {host_ifname}"):
         if netlink.ifindex(ipr, host_ifname) is None:
-            ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu,
+            ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, address=host_mac,
                      peer={"ifname": vpp_ifname, "mtu": mtu})
         for name in (host_ifname, vpp_ifname):
             index = netlink.ifindex(ipr, name)
@@ -30,7 +33,8 @@ def ensure_veth_pair(host_ifname: str, vpp_ifname: str, mtu: int, alias: str) ->
                     f"host link: {name} is missing",
                     f"{host_ifname} exists but is not paired with {vpp_ifname}",
                 )
-            ipr.link("set", index=index, state="up", ifalias=alias)
+            mac = {"address": host_mac} if name == host_ifname else {}
+            ipr.link("set", index=index, state="up", ifalias=alias, **mac)
 
 
 def ensure_address_and_routes(

@@ -108,6 +108,13 @@ def add_address(api: VppApi, sw_if_index: int, address: IPInterface) -> None:
     )
 
 
+def delete_address(api: VppApi, sw_if_index: int, address: IPInterface) -> None:
+    api.call(
+        "sw_interface_add_del_address", sw_if_index=sw_if_index, is_add=False, prefix=address,
+        context=f"address {address}",
+    )
+
+
 def addresses(api: VppApi, sw_if_index: int) -> list[IPInterface]:
     out: list[IPInterface] = []
     for ipv6 in (False, True):
