@@ -39,6 +39,9 @@ from protos import cni_pb2_grpc
 log = logging.getLogger(__name__)
 
 
+STARTUP_ETCD_WAIT = 60.0  # seconds an agent waits for etcd at start before it gives up
+
+
 class StartupError(Exception):
     """The agent cannot start; the message says what to change."""
 
@@ -71,7 +74,9 @@ class Agent:
         # First of all: a live agent on this socket (a rolling update's overlap, a second copy)
         # means this one must touch nothing, least of all reconcile the other's pods.
         prepare_socket(cfg.cni_socket)
-        self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam).acquire()
+        self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam).acquire(
+            wait=STARTUP_ETCD_WAIT, stopping=self._stopping
+        )
         self.networks = node_networks(cfg.ipam, self.node_id)
         log.info(
             "node %s has ID %d, pod subnets %s",
@@ -144,6 +149,10 @@ class Agent:
 
         self._watch = threading.Thread(target=run, name="dataplane-watch", daemon=True)
         self._watch.start()
+
+    def interrupt(self) -> None:
+        """From a signal handler: ends waits in start() (the caller then calls stop())."""
+        self._stopping.set()
 
     def stop(self, grace: float = 30.0) -> None:
         """Stops accepting, lets in-flight requests finish (up to `grace`), closes."""

@@ -34,14 +34,15 @@ def main(argv: list[str] | None = None) -> int:
         log.error("refusing to start: %s", exc)
         return 2
     stop = threading.Event()
+    agent = Agent(config)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: draining and stopping", signum)
         stop.set()
+        agent.interrupt()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    agent = Agent(config)
     try:
         agent.start()
     except (StartupError, CniError) as exc:

@@ -10,12 +10,17 @@ never released when an agent stops: only an operator frees it, explicitly, once 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
-from agent.errors import CniError
+from agent.errors import CniError, TryAgainLater
 from agent.store import Store
 from ipam import IPAMConfig, max_node_id
+
+log = logging.getLogger(__name__)
 
 
 class NodeIdentity:
@@ -26,9 +31,27 @@ class NodeIdentity:
         self.node_name = node_name
         self.cfg = cfg
 
-    def acquire(self) -> int:
-        """The node's ID: reused by name, else the smallest free one. Raises CniError."""
-        return self.store.claim_node_id(self.node_name, max_node_id(self.cfg))
+    def acquire(self, wait: float = 0.0, stopping: threading.Event | None = None) -> int:
+        """The node's ID: reused by name, else the smallest free one. Raises CniError.
+
+        An unreachable etcd is retried for up to `wait` seconds (backoff 0.2 s to 2 s), so an
+        agent starting together with etcd, or during a blip, does not give up at once; a set
+        `stopping` ends the wait."""
+        deadline = time.monotonic() + wait
+        delay = 0.2
+        while True:
+            try:
+                return self.store.claim_node_id(self.node_name, max_node_id(self.cfg))
+            except TryAgainLater as exc:
+                left = deadline - time.monotonic()
+                if left <= 0 or (stopping is not None and stopping.is_set()):
+                    raise
+                log.warning("etcd not reachable yet (%s); retrying for %.0fs more", exc, left)
+                if stopping is not None and stopping.wait(min(delay, left)):
+                    raise
+                if stopping is None:
+                    time.sleep(min(delay, left))
+                delay = min(delay * 2, 2.0)
 
 
 def release(store: Store, node_name: str) -> bool:

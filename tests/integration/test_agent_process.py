@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.helpers.agent import agent_config, net_config, run_plugin, running_agent, start_agent
+from tests.helpers.etcd import EtcdServer
 from tests.helpers.netns import ping
 
 SUBNET = "10.236.0.0/16"
@@ -129,3 +130,29 @@ def test_sigterm_drains_in_flight_adds(
         agent.stop()
         subprocess.run(["ip", "link", "del", config["GatewayInterface"]],
                        capture_output=True, check=False)
+
+
+def test_agent_waits_for_an_etcd_that_starts_after_it(tmp_path: Path) -> None:
+    """A node reboot starts etcd and the agent in any order: the agent retries instead of
+    exiting, and a SIGTERM still ends the wait."""
+    with EtcdServer() as etcd:
+        etcd.stop()
+        config = agent_config(tmp_path, etcd.endpoints, pod_subnet=SUBNET,
+                              node_name=f"late-{secrets.token_hex(3)}")
+        agent = start_agent(tmp_path, config, "early")
+        try:
+            time.sleep(1.5)
+            assert agent.process.poll() is None, agent.log()
+            etcd.start()
+            agent.wait_ready()
+        finally:
+            agent.stop()
+            subprocess.run(["ip", "link", "del", config["GatewayInterface"]],
+                           capture_output=True, check=False)
+        assert "etcd not reachable yet" in agent.log()
+
+        etcd.stop()
+        waiting = start_agent(tmp_path, config, "interrupted")
+        time.sleep(1.0)
+        assert waiting.process.poll() is None
+        assert waiting.stop() == 1  # SIGTERM ends the wait: "cannot start", not a hang
