@@ -2,7 +2,8 @@
 
 Plan (both wiring modes): two pods wired, configured with agent.podside, ping each other and the
 node (the host end of the interconnect) through VPP; DEL of both leaves no pod interface, route or
-neighbor in VPP. TAP mode is skipped on a node without /dev/vhost-net. VPP runs in the machine's
+neighbor in VPP. On a node without /dev/vhost-net, TAP mode is proven up to VPP accepting the
+request: VPP answers -11 and the error tells the operator what to change. VPP runs in the machine's
 namespace, so these tests use it (with a test-only pod subnet and interconnect names).
 """
 
@@ -12,6 +13,7 @@ import ipaddress
 import os
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +30,7 @@ from agent.dataplane.vpp import (
     neighbors,
     tap,
 )
+from agent.errors import DataplaneFailure
 from tests.helpers.netns import named_netns, ping
 from tests.vpp.conftest import pod
 
@@ -86,3 +89,35 @@ def test_two_pods_ping_and_del_leaves_nothing(driver: VppDataplane) -> None:
         assert ipaddress.ip_network("10.251.1.21/32") not in routes
         assert ipaddress.ip_network("10.251.1.22/32") not in routes
         assert not any(nip in ("10.251.1.21", "10.251.1.22") for _, nip in neighbors.dump(api))
+
+
+def test_tap_on_a_node_without_vhost_net_is_refused_by_vpp_with_a_plain_hint(
+    tmp_path: Path,
+) -> None:
+    """Where /dev/vhost-net is missing (these machines' kernels), TAP is proven up to VPP
+    accepting the request: VPP itself answers -11 and the operator reads what to change."""
+    if os.path.exists("/dev/vhost-net"):
+        pytest.skip("this node has /dev/vhost-net: TAP mode is tested for real above")
+    stand_in = tmp_path / "vhost-net"
+    stand_in.write_text("")  # gets the driver past its own check, so that VPP decides
+    suffix = secrets.token_hex(2)
+    dp = VppDataplane(VppConfig(
+        api_socket=SOCKET, use_tap=True, pod_vrf_id=1, vhost_net_path=str(stand_in),
+        pod_gateways=(ipaddress.ip_interface("10.251.1.1/24"),),
+        vpp_host_ip=None, host_linux_ip=None,
+        host_ifname=f"vswt{suffix}h", host_vpp_ifname=f"vswt{suffix}v",
+    ))
+    try:
+        dp.start()
+        with named_netns("tvr") as ns:
+            p = pod(ns, "10.251.1.31/32")
+            undo = UndoStack()
+            with pytest.raises(DataplaneFailure) as info:
+                dp.attach(p, undo)
+            undo.unwind()
+            assert "retval -11" in str(info.value.details)
+            assert "/dev/vhost-net" in str(info.value.details)
+            assert "UseTAPInterfaces: false" in str(info.value.details)
+            assert names.pod_tag(p.key) not in {i.tag for i in interfaces.dump(dp.api)}
+    finally:
+        dp.close()
