@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+SEPARATOR = re.compile(r"^\|\s*-{3,}\s*\|")
 SECTIONS = [
     "## Machine", "## Versions", "## Targets (issue #7)",
     "## 1. CNI ADD / CHECK / DEL latency through libcni (sequential)", "### VPP dataplane",
@@ -40,7 +41,7 @@ def tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
     lines = text.splitlines()
     i = 0
     while i < len(lines):
-        if lines[i].startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+        if lines[i].startswith("|") and i + 1 < len(lines) and SEPARATOR.match(lines[i + 1]):
             header = [c.strip() for c in lines[i].strip("|").split("|")]
             rows = []
             i += 2
