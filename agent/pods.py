@@ -232,14 +232,13 @@ class PodManager:
             if record is None:
                 # Nothing recorded; still remove what a crashed ADD may have left (names are
                 # derived from the key, so the driver can find them without a record).
-                self.dataplane.detach(self._bare_network(req), None)
+                self._detach(req.key, req.netns, None)
                 self._forget(req.key)
                 return
             self.teardown(record, journal_if_unreachable=True)
 
     def teardown(self, record: PodRecord, journal_if_unreachable: bool = False) -> None:
-        wiring = Wiring(**record.wiring) if record.wiring else None
-        self.dataplane.detach(record.network(), wiring)
+        self._detach(record.key, record.netns, record)
         failpoints.hit("del:detach")
         try:
             self.store.delete_pod(self.node_id, record.key, known=record)
@@ -256,13 +255,18 @@ class PodManager:
     def _delete_offline(self, req: CniRequest) -> None:
         with self._known_lock:
             record = self._known.get(req.key)
+        self._detach(req.key, req.netns, record)
+        failpoints.hit("del:detach")
+        self._journal(req.key, record)
+
+    def _detach(self, key: PodKey, netns: str, record: PodRecord | None) -> None:
+        """The dataplane half of a DEL: from the record when there is one, else from the key
+        alone (the drivers derive names and tags from it)."""
         if record is None:
-            self.dataplane.detach(self._bare_network(req), None)
+            self.dataplane.detach(PodNetwork(key, netns, (), (), self.mtu), None)
         else:
             wiring = Wiring(**record.wiring) if record.wiring else None
             self.dataplane.detach(record.network(), wiring)
-        failpoints.hit("del:detach")
-        self._journal(req.key, record)
 
     def _journal(self, key: PodKey, record: PodRecord | None) -> None:
         assert self.journal is not None
@@ -296,13 +300,8 @@ class PodManager:
             return
         known = entry.record
         if not entry.detached:
-            current = self.store.get_pod(self.node_id, key)
-            if current is not None:
-                wiring = Wiring(**current.wiring) if current.wiring else None
-                self.dataplane.detach(current.network(), wiring)
-                known = current
-            else:
-                self.dataplane.detach(PodNetwork(key, entry.netns, (), (), self.mtu), None)
+            known = self.store.get_pod(self.node_id, key) or known
+            self._detach(key, entry.netns, known)
         deleted = self.store.delete_pod(self.node_id, key, known=known)
         gone = deleted or known
         if gone is not None:
@@ -392,9 +391,6 @@ class PodManager:
             if problems:
                 damaged[str(key)] = problems
         return damaged
-
-    def _bare_network(self, req: CniRequest) -> PodNetwork:
-        return PodNetwork(req.key, req.netns, (), (), self.mtu)
 
     # ---- CHECK -----------------------------------------------------------------------------
 

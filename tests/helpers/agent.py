@@ -152,6 +152,7 @@ def running_agent(
     pod_subnet: str,
     node_name: str = "",
     extra_config: Mapping[str, Any] | None = None,
+    wait: float = 30.0,
 ) -> Iterator[AgentHandle]:
     config = agent_config(
         tmp_path,
@@ -162,13 +163,15 @@ def running_agent(
     )
     handle = start_agent(tmp_path, config)
     try:
-        handle.wait_ready()
+        handle.wait_ready(timeout=wait)
         yield handle
     finally:
         handle.stop()
-        subprocess.run(
-            ["ip", "link", "del", handle.gateway_ifname], capture_output=True, check=False
-        )
+        # The node-side links the agent made: the kernel gateway, or VPP's interconnect (its
+        # veth peer goes with it).
+        for name in (handle.gateway_ifname, config.get("VPPHostInterface")):
+            if name:
+                subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
 
 
 @dataclass

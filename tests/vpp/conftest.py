@@ -12,6 +12,7 @@ import ipaddress
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -56,14 +57,21 @@ def workdir() -> Iterator[str]:
         yield d
 
 
-@pytest.fixture
-def fake(node_ns: str, workdir: str) -> Iterator[FakeVPP]:
-    vpp = FakeVPP(os.path.join(workdir, "api.sock"), API_DIR, tap_works=True, netns=node_ns)
+@contextmanager
+def serving_fake(workdir: str, netns: str = "", tap_works: bool = True) -> Iterator[FakeVPP]:
+    """A started fake VPP on `workdir`/api.sock, stopped at the end."""
+    vpp = FakeVPP(os.path.join(workdir, "api.sock"), API_DIR, tap_works=tap_works, netns=netns)
     vpp.start()
     try:
         yield vpp
     finally:
         vpp.stop()
+
+
+@pytest.fixture
+def fake(node_ns: str, workdir: str) -> Iterator[FakeVPP]:
+    with serving_fake(workdir, node_ns) as vpp:
+        yield vpp
 
 
 @pytest.fixture

@@ -15,10 +15,7 @@ With VPP gone, ADD answers 11 at once and STATUS 50.
 from __future__ import annotations
 
 import ipaddress
-import os
 import secrets
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,33 +25,22 @@ import pytest
 from agent.dataplane.vpp import names
 from agent.model import PodKey
 from tests.fakevpp import FakeVPP
-from tests.helpers.agent import (
-    AgentHandle,
-    agent_config,
-    net_config,
-    run_plugin,
-    start_agent,
-)
-from tests.vpp.conftest import API_DIR
+from tests.helpers.agent import AgentHandle, net_config, run_plugin, running_agent
+from tests.vpp.conftest import API_DIR, serving_fake
 
 SUBNET = "10.237.0.0/16"
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeVPP]:
-    with tempfile.TemporaryDirectory(prefix="vswvppa") as workdir:
-        vpp = FakeVPP(os.path.join(workdir, "api.sock"), API_DIR, tap_works=False)
-        vpp.start()
-        try:
-            yield vpp
-        finally:
-            vpp.stop()
+def fake(workdir: str) -> Iterator[FakeVPP]:
+    with serving_fake(workdir, tap_works=False) as vpp:  # in this machine's namespace
+        yield vpp
 
 
 @pytest.fixture
 def agent(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP) -> Iterator[AgentHandle]:
     suffix = secrets.token_hex(2)
-    config = agent_config(
+    with running_agent(
         tmp_path, etcd_endpoints, pod_subnet=SUBNET, node_name=f"vppnode-{suffix}",
         extra_config={
             "Dataplane": "vpp",
@@ -64,15 +50,8 @@ def agent(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP) -> Iterator[
             "VPPHostInterface": f"vsa{suffix}h",
             "VPPHostPeerInterface": f"vsa{suffix}v",
         },
-    )
-    handle = start_agent(tmp_path, config)
-    try:
-        handle.wait_ready()
+    ) as handle:
         yield handle
-    finally:
-        handle.stop()
-        for name in (config["VPPHostInterface"], config["VPPHostPeerInterface"]):
-            subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
 
 
 def wait_for(what: str, probe: Callable[[], bool], timeout: float = 15.0) -> None:
