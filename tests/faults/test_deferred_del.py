@@ -1,21 +1,21 @@
 """DELs the plugin answers alone: the agent is down, or dies before replying.
 
-The plugin's DEL is best effort (cni_client/README.md): when the agent cannot be reached, or
-drops the connection before answering, it exits 0 with a warning "the agent releases it when it
-reconciles", so that no pod sticks in Terminating. The runtime then removes the sandbox. What
-the agent did not do must then happen without any further DEL.
+When the agent cannot be reached, or drops the connection before answering, the plugin journals
+the DEL on the node's disk and exits 0 (cni_client/README.md), so that no pod sticks in
+Terminating. The runtime then removes the sandbox. What the agent did not do must then happen
+without any further DEL.
 
 Plan (the agent down at the DEL, or killed at the `del:detach` failpoint inside it):
 - the runtime removes the namespace before the agent is back (containerd's order): the
   restarted agent's reconcile finds the namespace gone and releases everything;
-- the agent is back before the namespace goes: the agent must still converge by itself (a
-  strict xfail while the plugin does not journal such DELs: the agent then keeps the record,
-  see the reason), and the runtime's GC releases the attachment in any case.
+- the agent is back before the namespace goes: the agent converges by itself, settling the
+  plugin's journal entry (without it, the record and address leaked until the runtime's GC,
+  and after del:detach reconcile even re-wired the deleted pod); the runtime's GC releases the
+  attachment in any case.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
 import pytest
@@ -26,9 +26,6 @@ from tests.helpers.agent import run_plugin
 
 NodeFactory = Callable[..., FaultNode]
 WAYS = ("agent down", "del:detach")
-# A plugin that journals the DELs it cannot hand to the agent (cni_client/journal, being written)
-# lets the agent settle them at start whatever the runtime does with the namespace meanwhile.
-PLUGIN_JOURNAL = importlib.util.find_spec("cni_client.journal") is not None
 
 
 def deferred_del(node: FaultNode, way: str) -> tuple[Pod, Pod, str]:
@@ -58,13 +55,6 @@ def test_sandbox_removed_before_restart_is_released(
 
 
 @pytest.mark.parametrize("way", WAYS)
-@pytest.mark.xfail(
-    not PLUGIN_JOURNAL,
-    strict=True,
-    reason="the agent keeps the ready record and address of an attachment whose DEL it never saw "
-    "(after del:detach its reconcile even re-wires it) and nothing notices the namespace going "
-    "away while it runs: leaked until the runtime's GC or the next restart",
-)
 def test_sandbox_removed_after_restart_converges_by_itself(
     way: str, etcd_endpoints: list[str], make_node: NodeFactory
 ) -> None:
