@@ -23,7 +23,7 @@ import grpc
 
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
-from agent.errors import Degraded, NotReady
+from agent.errors import Degraded, NotReady, TryAgainLater
 from agent.journal import DeleteJournal
 from agent.metrics import Metrics
 from agent.nodes import NodeIdentity
@@ -87,7 +87,7 @@ class Agent:
         self._rest = RestServer(cfg.http_host_port, self)
         self._rest.start()
         self.dataplane = make_dataplane(cfg, self.networks)
-        self.dataplane.start()
+        self._start_dataplane(self.dataplane)
         pools = Pools(self.networks)
         journal = DeleteJournal(os.path.join(cfg.state_dir, "pending-deletes"))
         self.pods = PodManager(
@@ -102,6 +102,25 @@ class Agent:
         self._serve_cni(CniService(self.pods, self.status))
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
+
+    def _start_dataplane(self, dataplane: Dataplane) -> None:
+        """Starts the dataplane, waiting like for etcd while the vswitch is not up yet (in the
+        DaemonSet VPP and the agent start together; giving up at once would crash-loop)."""
+        deadline = time.monotonic() + STARTUP_ETCD_WAIT
+        delay = 0.2
+        while True:
+            try:
+                dataplane.start()
+                return
+            except TryAgainLater as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StartupError(f"the {dataplane.name} dataplane is not reachable: "
+                                       f"{exc}") from exc
+                log.warning("waiting for the %s dataplane: %s", dataplane.name, exc)
+                if self._stopping.wait(min(delay, left)):
+                    raise StartupError("stopped while waiting for the dataplane") from exc
+                delay = min(delay * 2, 2.0)
 
     def _serve_cni(self, service: CniService) -> None:
         path = self.config.cni_socket

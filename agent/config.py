@@ -9,6 +9,7 @@ the key, the value and the reason. The result is one frozen `AgentConfig` passed
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -53,7 +54,14 @@ class AgentConfig:
     vpp_host_peer_interface: str = "vpp2"
     workers: int = 16
     node_ip: str = ""
+    afpacket_version: int = 2
+    afpacket_qdisc_bypass: bool = True
+    afpacket_frame_size: int = 2048 * 33
+    afpacket_rx_frames: int = 32
+    afpacket_tx_frames: int = 32
+    nat_excluded_cidrs: tuple[str, ...] = ()
     # Contiv's.
+    nat_external_traffic: bool = True
     use_tap_interfaces: bool = True
     tap_interface_version: int = 2
     tapv2_rx_ring_size: int = 256
@@ -167,6 +175,32 @@ def _tap_version(key: str, v: object) -> int:
     return 2
 
 
+def _afpacket_version(key: str, v: object) -> int:
+    if v not in (2, 3) or isinstance(v, bool):
+        raise ConfigError(key, v, "must be 2 (TPACKET_V2) or 3 (TPACKET_V3)")
+    return int(v)
+
+
+def _frame_size(key: str, v: object) -> int:
+    n = _int_range(2048, 1 << 20)(key, v)
+    if n % 16:
+        raise ConfigError(key, v, "must be a multiple of 16 (TPACKET_ALIGNMENT)")
+    return n
+
+
+def _cidrs(key: str, v: object) -> tuple[str, ...]:
+    items = v.split(",") if isinstance(v, str) else v
+    if not isinstance(items, list | tuple):
+        raise ConfigError(key, v, "must be a list of CIDRs like 10.20.0.0/16")
+    out = []
+    for item in items:
+        try:
+            out.append(str(ipaddress.ip_network(str(item).strip(), strict=False)))
+        except ValueError as exc:
+            raise ConfigError(key, item, f"not a CIDR: {exc}") from exc
+    return tuple(out)
+
+
 def _any_str(key: str, v: object) -> str:
     if not isinstance(v, str):
         raise ConfigError(key, v, "must be a string")
@@ -193,6 +227,13 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("VPPHostInterface", "vpp_host_interface", _ifname),
         ("VPPHostPeerInterface", "vpp_host_peer_interface", _ifname),
         ("Workers", "workers", _int_range(1, 256)),
+        ("AfPacketVersion", "afpacket_version", _afpacket_version),
+        ("AfPacketQdiscBypass", "afpacket_qdisc_bypass", _bool),
+        ("AfPacketFrameSize", "afpacket_frame_size", _frame_size),
+        ("AfPacketRxFrames", "afpacket_rx_frames", _int_range(2, 4096)),
+        ("AfPacketTxFrames", "afpacket_tx_frames", _int_range(2, 4096)),
+        ("NatExternalTraffic", "nat_external_traffic", _bool),
+        ("NatExcludedCIDRs", "nat_excluded_cidrs", _cidrs),
         ("UseTAPInterfaces", "use_tap_interfaces", _bool),
         ("TAPInterfaceVersion", "tap_interface_version", _tap_version),
         ("TAPv2RxRingSize", "tapv2_rx_ring_size", _ring),
@@ -208,7 +249,6 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
 _CONTIV_UNIMPLEMENTED = {
     k.lower(): k
     for k in [
-        "NatExternalTraffic",
         "UseNoOverlay",
         "UseL2Interconnect",
         "UseSRv6ForServices",

@@ -83,9 +83,23 @@ def test_unknown_key_is_refused() -> None:
 
 
 def test_unimplemented_contiv_key_is_warned_by_name() -> None:
-    cfg = parse({"NatExternalTraffic": True, "StealFirstNIC": False}, env={})
-    assert any("NatExternalTraffic" in w for w in cfg.warnings)
+    cfg = parse({"UseSRv6ForServices": True, "StealFirstNIC": False}, env={})
+    assert any("UseSRv6ForServices" in w for w in cfg.warnings)
     assert any("StealFirstNIC" in w for w in cfg.warnings)
+
+
+def test_nat_and_afpacket_keys() -> None:
+    cfg = parse({"NatExternalTraffic": False, "NatExcludedCIDRs": ["10.20.0.0/16", "fd00::/8"],
+                 "AfPacketVersion": 3, "AfPacketRxFrames": 64}, env={})
+    assert (cfg.nat_external_traffic, cfg.nat_excluded_cidrs) == (
+        False, ("10.20.0.0/16", "fd00::/8"))
+    assert (cfg.afpacket_version, cfg.afpacket_rx_frames, cfg.afpacket_tx_frames) == (3, 64, 32)
+    assert parse({}, env={}).nat_external_traffic is True  # Contiv's default
+    for key, value in (("AfPacketVersion", 1), ("AfPacketFrameSize", 2050),
+                       ("NatExcludedCIDRs", ["10.0.0.0/33"]), ("AfPacketTxFrames", 0)):
+        with pytest.raises(ConfigError) as info:
+            parse({key: value}, env={})
+        assert info.value.key == key
 
 
 def test_ipam_section_errors_name_the_nested_key() -> None:

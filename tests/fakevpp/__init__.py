@@ -14,6 +14,7 @@ the handlers (handlers.py) follow VPP's rules and retvals.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -65,6 +66,13 @@ class FakeVPP:
                 self.state, self.tap_works, self.schema.json_text, self.netns
             )
         self._server.start()
+
+    def without_plugin(self, api_file: str) -> None:
+        """Serves no message of `api_file` (e.g. "tapv2"), like a VPP built without that
+        plugin; applies to clients that connect from now on."""
+        with open(f"{self.schema.api_dir}/plugins/{api_file}.api.json") as f:
+            names = {m[0] for m in json.load(f)["messages"]}
+        self._server.without = names
 
     def set_tap_works(self, works: bool) -> None:
         with self.lock:

@@ -170,6 +170,17 @@ class Handlers:
         self.s.delete_interface(itf.sw_if_index)
         return {}
 
+    def sw_interface_ip6_enable_disable(self, req: Any) -> Fields:
+        self.s.get(req.sw_if_index).ip6_enabled = bool(req.enable)
+        return {}
+
+    def sw_interface_ip6_set_link_local_address(self, req: Any) -> Fields:
+        itf = self.s.get(req.sw_if_index)
+        if not req.ip.is_link_local:
+            raise VppError(E.INVALID_VALUE)
+        itf.link_local = str(req.ip)
+        return {}
+
     # --- af_packet -------------------------------------------------------------------------
     def af_packet_create_v3(self, req: Any) -> Fields:
         name = req.host_if_name
@@ -181,7 +192,18 @@ class Handlers:
         mac = random_mac() if req.use_random_hw_addr else str(req.hw_addr)
         if mac == "00:00:00:00:00:00":
             mac = random_mac()
+        # The kernel refuses a ring block that is not page-aligned (VPP: setsockopt fails).
+        for frames, size in ((req.rx_frames_per_block, req.rx_frame_size),
+                             (req.tx_frames_per_block, req.tx_frame_size)):
+            if (frames * size) % 4096 or size % 16:
+                raise VppError(E.SYSCALL_ERROR_1)
         itf = self.s.add_interface(f"host-{name}", "af_packet", mac, host_if_name=name)
+        itf.afpacket = {
+            "flags": int(req.flags), "rx_frame_size": int(req.rx_frame_size),
+            "tx_frame_size": int(req.tx_frame_size),
+            "rx_frames_per_block": int(req.rx_frames_per_block),
+            "tx_frames_per_block": int(req.tx_frames_per_block),
+        }
         return {"sw_if_index": itf.sw_if_index}
 
     def af_packet_delete(self, req: Any) -> Fields:

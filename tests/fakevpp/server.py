@@ -49,6 +49,7 @@ class SocketServer:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._next_client = 1
+        self.without: set[str] = set()  # messages left out of the table (a missing plugin)
 
     def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -127,6 +128,7 @@ class SocketServer:
         table = [
             {"index": i, "name": self.schema.crc_name(n)}
             for n, i in sorted(self.schema.id_by_name.items(), key=lambda x: x[1])
+            if n not in self.without
         ]
         fields = {"context": req.context, "response": 0, "index": index,
                   "count": len(table), "message_table": table}

@@ -60,6 +60,9 @@ class Interface:
     addresses: list[ipaddress.IPv4Interface | ipaddress.IPv6Interface] = field(default_factory=list)
     host_if_name: str = ""  # af_packet: the kernel interface; tap: the host end's name
     tap: dict[str, Any] = field(default_factory=dict)  # tap details (id, rings, namespace)
+    afpacket: dict[str, int] = field(default_factory=dict)  # af_packet_create_v3's socket args
+    ip6_enabled: bool = False
+    link_local: str = ""
 
 
 @dataclass

@@ -1,10 +1,76 @@
-"""AF_PACKET interfaces: VPP bound to a Linux interface (a veth end) with a raw socket."""
+"""AF_PACKET interfaces: VPP bound to a Linux interface (a veth end) with a raw socket.
+
+How the socket is set up decides whether TCP works and how fast (measured in docs/vpp.md):
+- checksum/GSO offload (AF_PACKET_API_FLAG_CKSUM_GSO) is always on: VPP then reads and writes
+  the virtio-net header of each frame, so packets whose checksum the sending pod's kernel left
+  to "hardware" (every TCP/UDP packet from a veth) are completed instead of forwarded with a bad
+  checksum, and 64 KiB GSO packets cross VPP whole instead of being truncated to one frame;
+- TPACKET_V2 by default: V3 retires a receive block only when it is full or after its 1 ms
+  timeout, which adds up to 1 ms per hop at low packet rates;
+- qdisc bypass: VPP's transmits skip the veth's queueing discipline;
+- explicit ring sizes: VPP's defaults cost ~76 MiB of kernel memory per interface.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from agent.dataplane.vpp.api import VppApi
+from agent.errors import InvalidConfig
 
 MODE_ETHERNET = 1  # AF_PACKET_API_MODE_ETHERNET
+FLAG_QDISC_BYPASS = 1  # AF_PACKET_API_FLAG_QDISC_BYPASS
+FLAG_CKSUM_GSO = 2  # AF_PACKET_API_FLAG_CKSUM_GSO
+FLAG_VERSION_2 = 8  # AF_PACKET_API_FLAG_VERSION_2
+PAGE = 4096
+TPACKET_ALIGNMENT = 16
+V3_RX_BLOCKS = 160  # VPP's AF_PACKET_RX_BLOCK_NR
+GSO_FRAME = 2048 * 33  # VPP's own V2 frame: one 64 KiB GSO packet plus headers
+
+
+@dataclass(frozen=True)
+class RingOptions:
+    """AF_PACKET socket options for every interface the driver creates (pods, interconnect)."""
+
+    version: int = 2  # AfPacketVersion: TPACKET_V2 or V3
+    qdisc_bypass: bool = True  # AfPacketQdiscBypass
+    frame_size: int = GSO_FRAME  # AfPacketFrameSize: bytes per frame
+    rx_frames: int = 32  # AfPacketRxFrames: frames in the receive ring (V3: per block)
+    tx_frames: int = 32  # AfPacketTxFrames: frames in the transmit ring
+
+    def __post_init__(self) -> None:
+        if self.version not in (2, 3):
+            raise InvalidConfig(f"AfPacketVersion={self.version}: must be 2 or 3")
+        if self.frame_size < 2048 or self.frame_size % TPACKET_ALIGNMENT:
+            raise InvalidConfig(
+                f"AfPacketFrameSize={self.frame_size}: must be a multiple of "
+                f"{TPACKET_ALIGNMENT}, at least 2048"
+            )
+        for key, frames in (("AfPacketRxFrames", self.rx_frames),
+                            ("AfPacketTxFrames", self.tx_frames)):
+            if not 2 <= frames <= 4096:
+                raise InvalidConfig(f"{key}={frames}: must be 2..4096")
+            # The kernel wants each ring block page-aligned; V2 rings here are one block.
+            if (frames * self.frame_size) % PAGE:
+                raise InvalidConfig(
+                    f"{key}={frames} with AfPacketFrameSize={self.frame_size}: the ring "
+                    f"({frames * self.frame_size} bytes) must be a multiple of {PAGE}"
+                )
+
+    @property
+    def flags(self) -> int:
+        flags = FLAG_CKSUM_GSO
+        if self.qdisc_bypass:
+            flags |= FLAG_QDISC_BYPASS
+        if self.version == 2:
+            flags |= FLAG_VERSION_2
+        return flags
+
+    @property
+    def kernel_bytes(self) -> int:
+        """Kernel memory of one interface's rings."""
+        rx_blocks = 1 if self.version == 2 else V3_RX_BLOCKS
+        return (rx_blocks * self.rx_frames + self.tx_frames) * self.frame_size
 
 
 def vpp_name(host_ifname: str) -> str:
@@ -12,7 +78,7 @@ def vpp_name(host_ifname: str) -> str:
     return f"host-{host_ifname}"
 
 
-def create(api: VppApi, host_ifname: str, mac: str) -> int:
+def create(api: VppApi, host_ifname: str, mac: str, rings: RingOptions) -> int:
     """Binds VPP to `host_ifname`; the VPP interface gets `mac`. Returns its sw_if_index."""
     reply = api.call(
         "af_packet_create_v3",
@@ -20,12 +86,12 @@ def create(api: VppApi, host_ifname: str, mac: str) -> int:
         hw_addr=mac,
         use_random_hw_addr=False,
         host_if_name=host_ifname,
-        # 0 = VPP's defaults for frame and block sizes.
-        rx_frame_size=0,
-        tx_frame_size=0,
-        rx_frames_per_block=0,
-        tx_frames_per_block=0,
-        flags=0,
+        rx_frame_size=rings.frame_size,
+        tx_frame_size=rings.frame_size,
+        # V2 rings are one block of this many frames; a V3 receive ring is VPP's 160 blocks.
+        rx_frames_per_block=rings.rx_frames,
+        tx_frames_per_block=rings.tx_frames,
+        flags=rings.flags,
         num_rx_queues=1,
         num_tx_queues=1,
         context=f"host interface {host_ifname}",

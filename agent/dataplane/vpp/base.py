@@ -8,7 +8,11 @@
   in VPP instead of looping towards the host;
 - the VPP-host interconnect when configured (veth + AF_PACKET, or a TAP): VPP's end in the main
   VRF with its address, the pod subnets routed from the main VRF into the pod VRF, a default
-  route from the pod VRF back to the main one, and on Linux a route to the pod subnets via VPP.
+  route from the pod VRF back to the main one, and on Linux a route to the pod subnets via VPP;
+- the main VRF's default routes (IPv4 and IPv6) to the node's end of the interconnect
+  (Contiv's design): whatever is not a pod of this node goes to the host, whose routing,
+  kube-proxy and NAT take it from there (the node IP, host-network pods, Services, the world).
+  IPv6 needs no interconnect subnet: both ends use the link-local addresses of their fixed MACs.
 
 Objects are found again by their tags (names.GATEWAY_TAG, names.HOST_TAG).
 """
@@ -27,6 +31,9 @@ from agent.model import IPInterface
 
 log = logging.getLogger(__name__)
 HOST_LINUX_MAC = names.base_mac("host-linux")  # the node's end of the interconnect
+HOST_VPP_MAC = names.base_mac("host-vpp")  # VPP's end
+HOST_LINUX_LL = names.link_local(HOST_LINUX_MAC)
+VPP_HOST_LL = names.link_local(HOST_VPP_MAC)
 
 
 @dataclass(frozen=True)
@@ -95,12 +102,18 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
         return None
     sw_if_index = _current_host_link(api, cfg)
     if sw_if_index is None and cfg.use_tap:
+        # A veth interconnect of ours (veth mode before) holds the TAP's name: VPP would fail
+        # with -13 (TUNSETIFF EINVAL).
+        if netlink.links_with_alias_prefix(names.HOST_TAG).get(cfg.host_ifname) is not None:
+            hostlink.remove(cfg.host_ifname)
         sw_if_index = _host_tap(api, cfg)
     elif sw_if_index is None:
         hostlink.ensure_veth_pair(
             cfg.host_ifname, cfg.host_vpp_ifname, cfg.mtu, names.HOST_TAG, HOST_LINUX_MAC
         )
-        sw_if_index = afpacket.create(api, cfg.host_vpp_ifname, names.base_mac("host-vpp"))
+        sw_if_index = afpacket.create(
+            api, cfg.host_vpp_ifname, HOST_VPP_MAC, cfg.afpacket
+        )
     interfaces.set_tag(api, sw_if_index, names.HOST_TAG)
     _bind(api, sw_if_index, cfg.main_vrf_id, [cfg.vpp_host_ip])
     interfaces.set_mtu(api, sw_if_index, cfg.mtu)
@@ -111,10 +124,28 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
     if known != HOST_LINUX_MAC:
         neighbors.add(api, sw_if_index, cfg.host_linux_ip.ip, HOST_LINUX_MAC)
     _cross_vrf_routes(api, cfg)
+    _routes_to_host(api, cfg, sw_if_index, cfg.host_linux_ip)
     hostlink.ensure_address_and_routes(
-        cfg.host_ifname, cfg.host_linux_ip, cfg.vpp_host_ip, [str(s) for s in cfg.pod_subnets]
+        cfg.host_ifname, cfg.host_linux_ip, cfg.vpp_host_ip, [str(s) for s in cfg.pod_subnets],
+        VPP_HOST_LL,
     )
     return sw_if_index
+
+
+def _routes_to_host(api: VppApi, cfg: VppConfig, host_sw: int, host_ip: IPInterface) -> None:
+    """Default routes of the main VRF to the node's end of the interconnect."""
+    default4 = ipaddress.ip_network("0.0.0.0/0")
+    ip.add_route(api, cfg.main_vrf_id, default4, ip.via_neighbor(default4, host_sw, host_ip.ip))
+    if not any(s.version == 6 for s in cfg.pod_subnets):
+        return
+    if interfaces.get_table(api, host_sw, True) != cfg.main_vrf_id:
+        interfaces.set_table(api, host_sw, cfg.main_vrf_id, True)
+    interfaces.enable_ip6(api, host_sw, VPP_HOST_LL)
+    known = neighbors.dump(api, host_sw).get((host_sw, str(HOST_LINUX_LL)))
+    if known != HOST_LINUX_MAC:
+        neighbors.add(api, host_sw, HOST_LINUX_LL, HOST_LINUX_MAC)
+    default6 = ipaddress.ip_network("::/0")
+    ip.add_route(api, cfg.main_vrf_id, default6, ip.via_neighbor(default6, host_sw, HOST_LINUX_LL))
 
 
 def _current_host_link(api: VppApi, cfg: VppConfig) -> int | None:
@@ -139,12 +170,14 @@ def _current_host_link(api: VppApi, cfg: VppConfig) -> int | None:
         for host, host_sw in bound.items():
             if host_sw == sw:
                 afpacket.delete(api, host)
+                # Both ends of the veth pair go: the pair's names may be the new mode's.
+                netlink.delete_link(host)
     return current
 
 
 def _host_tap(api: VppApi, cfg: VppConfig) -> int:
     req = tap.TapRequest(
-        vpp_mac=names.base_mac("host-vpp"), host_ifname=cfg.host_ifname, host_netns="",
+        vpp_mac=HOST_VPP_MAC, host_ifname=cfg.host_ifname, host_netns="",
         host_mac=HOST_LINUX_MAC, host_mtu=cfg.mtu, rx_ring=cfg.tap_rx_ring_size,
         tx_ring=cfg.tap_tx_ring_size, tag=names.HOST_TAG,
     )

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent.dataplane.vpp.afpacket import RingOptions
 from agent.errors import InvalidConfig
 from agent.model import IPInterface
 
@@ -38,6 +39,8 @@ class VppConfig:
     request_timeout: float = 5.0  # seconds for one reply
     client_name: str = "vswitch-agent"
     vhost_net_path: str = "/dev/vhost-net"  # what VPP's TAP driver opens
+    # AF_PACKET sockets of pods and the interconnect.
+    afpacket: RingOptions = field(default_factory=RingOptions)
 
     def __post_init__(self) -> None:
         self._check_ranges()
@@ -109,4 +112,11 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         host_linux_ip=networks.host_linux_ip,
         host_ifname=cfg.vpp_host_interface,
         host_vpp_ifname=cfg.vpp_host_peer_interface,
+        afpacket=RingOptions(
+            version=cfg.afpacket_version,
+            qdisc_bypass=cfg.afpacket_qdisc_bypass,
+            frame_size=cfg.afpacket_frame_size,
+            rx_frames=cfg.afpacket_rx_frames,
+            tx_frames=cfg.afpacket_tx_frames,
+        ),
     )

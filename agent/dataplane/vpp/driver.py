@@ -23,7 +23,7 @@ from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
 from agent.dataplane.vpp.tapv2 import TapV2
 from agent.dataplane.vpp.veth_afpacket import VethAfPacket
-from agent.errors import CniError
+from agent.errors import CniError, DataplaneFailure
 from agent.model import IPAddress, PodKey, PodNetwork, Wiring
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class VppDataplane:
         self.mode: WiringMode = (
             TapV2(self.api, config.mtu, config.tap_rx_ring_size, config.tap_tx_ring_size,
                   config.vhost_net_path)
-            if config.use_tap else VethAfPacket(self.api, config.mtu)
+            if config.use_tap else VethAfPacket(self.api, config.mtu, config.afpacket)
         )
         self._base: base.BaseObjects | None = None
         self._base_generation = -1
@@ -48,7 +48,22 @@ class VppDataplane:
     # --- connection and base configuration ------------------------------------------------
     def start(self) -> None:
         self.mode.check_usable()
+        self._require_plugins()
         self._ensure()
+
+    def _require_plugins(self) -> None:
+        """Names the VPP plugins this configuration needs that the running VPP lacks (only
+        those: a VPP without the tap plugin serves veth + AF_PACKET pods)."""
+        needed = {"af_packet": "af_packet_create_v3"}
+        if self.cfg.use_tap:
+            needed["tap"] = "tap_create_v3"
+        missing = [plugin for plugin, message in needed.items() if not self.api.has(message)]
+        if missing:
+            raise DataplaneFailure(
+                f"the running VPP lacks the plugin(s) {', '.join(missing)}",
+                "enable them in VPP's startup config (plugins { plugin "
+                f"{missing[0]}_plugin.so {{ enable }} }})",
+            )
 
     def _ensure(self) -> base.BaseObjects:
         """Connected, with the base configuration applied on this connection's VPP."""

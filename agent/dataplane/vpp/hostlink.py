@@ -9,6 +9,7 @@ idempotent, so start() can run again after an agent or VPP restart.
 from __future__ import annotations
 
 import errno
+import ipaddress
 
 from pyroute2 import NetlinkError
 
@@ -38,9 +39,11 @@ def ensure_veth_pair(
 
 
 def ensure_address_and_routes(
-    host_ifname: str, address: IPInterface, via: IPInterface, subnets: list[str]
+    host_ifname: str, address: IPInterface, via: IPInterface, subnets: list[str],
+    via6: ipaddress.IPv6Address,
 ) -> None:
-    """`address` on the Linux end, and a route to each pod subnet via VPP's end."""
+    """`address` on the Linux end, and a route to each pod subnet via VPP's end: its address
+    of that family, or its link-local address `via6` for IPv6 subnets over an IPv4 link."""
     with netlink.host_ns() as ipr, netlink.translated(f"host link {host_ifname} addressing"):
         index = netlink.ifindex(ipr, host_ifname)
         if index is None:
@@ -53,9 +56,9 @@ def ensure_address_and_routes(
             if exc.code != errno.EEXIST:
                 raise
         for subnet in subnets:
-            if (":" in subnet) != (address.version == 6):
-                continue  # a pod subnet of the other family needs a link address of it
-            ipr.route("replace", dst=subnet, gateway=str(via.ip), oif=index)
+            same_family = (":" in subnet) == (address.version == 6)
+            gateway = str(via.ip) if same_family else str(via6)
+            ipr.route("replace", dst=subnet, gateway=gateway, oif=index)
 
 
 def remove(host_ifname: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from agent.dataplane.vpp.api import VppApi
@@ -129,3 +130,12 @@ def create_loopback(api: VppApi, mac: str) -> int:
 
 def delete_loopback(api: VppApi, sw_if_index: int) -> None:
     api.call("delete_loopback", sw_if_index=sw_if_index)
+
+
+def enable_ip6(api: VppApi, sw_if_index: int, link_local: ipaddress.IPv6Address) -> None:
+    """IPv6 on with a fixed link-local address (what a next hop over the interface uses)."""
+    api.call("sw_interface_ip6_enable_disable", sw_if_index=sw_if_index, enable=True)
+    api.call(
+        "sw_interface_ip6_set_link_local_address", sw_if_index=sw_if_index, ip=link_local,
+        context=f"link-local {link_local}",
+    )

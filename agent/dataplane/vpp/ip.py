@@ -21,6 +21,7 @@ PROTO_IP6 = 1
 _LABELS = [{"is_uniform": 0, "label": 0, "ttl": 0, "exp": 0}] * 16
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def _path(prefix: IPNetwork, **fields: Any) -> dict[str, Any]:
@@ -38,6 +39,12 @@ def _path(prefix: IPNetwork, **fields: Any) -> dict[str, Any]:
 
 def via_interface(prefix: IPNetwork, sw_if_index: int) -> dict[str, Any]:
     return _path(prefix, sw_if_index=sw_if_index)
+
+
+def via_neighbor(prefix: IPNetwork, sw_if_index: int, next_hop: IPAddress) -> dict[str, Any]:
+    """Out of `sw_if_index` to the neighbor `next_hop` (same family as `prefix`)."""
+    family = "ip6" if prefix.version == 6 else "ip4"
+    return _path(prefix, sw_if_index=sw_if_index, nh={"address": {family: next_hop}})
 
 
 def via_table(prefix: IPNetwork, table_id: int) -> dict[str, Any]:
@@ -89,6 +96,7 @@ class VppRoute:
     sw_if_indexes: tuple[int, ...]  # ANY for a path without interface
     types: tuple[int, ...]
     via_tables: tuple[int, ...]
+    next_hops: tuple[str, ...] = ()
 
 
 def routes(api: VppApi, table_id: int, ipv6: bool) -> dict[IPNetwork, VppRoute]:
@@ -100,5 +108,10 @@ def routes(api: VppApi, table_id: int, ipv6: bool) -> dict[IPNetwork, VppRoute]:
             tuple(int(p.sw_if_index) for p in r.paths),
             tuple(int(p.type) for p in r.paths),
             tuple(int(p.table_id) for p in r.paths),
+            tuple(str(_next_hop(p, r.prefix.version)) for p in r.paths),
         )
     return out
+
+
+def _next_hop(path: Any, version: int) -> IPAddress:
+    return ipaddress.ip_address(getattr(path.nh.address, "ip6" if version == 6 else "ip4"))

@@ -9,6 +9,7 @@ keeps the ID's head and a hash of the whole key (still unique and recomputable).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 
 from agent.model import PodKey
 
@@ -53,3 +54,10 @@ def vpp_mac(key: PodKey) -> str:
 def base_mac(what: str) -> str:
     """MACs of the driver's own interfaces (stable across agent restarts)."""
     return _mac(f"base\0{what}")
+
+
+def link_local(mac: str) -> ipaddress.IPv6Address:
+    """The EUI-64 IPv6 link-local address Linux gives an interface with `mac`."""
+    raw = bytearray(int(b, 16) for b in mac.split(":"))
+    eui = bytes([raw[0] ^ 0x02, *raw[1:3], 0xFF, 0xFE, *raw[3:6]])
+    return ipaddress.IPv6Address(b"\xfe\x80" + bytes(6) + eui)

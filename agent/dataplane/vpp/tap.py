@@ -62,6 +62,9 @@ class TapDetails:
 
 
 def dump(api: VppApi) -> dict[int, TapDetails]:
+    """Every TAP v2 interface; none on a VPP without the tap plugin."""
+    if not api.has("sw_interface_tap_v2_dump"):
+        return {}
     return {
         int(d.sw_if_index): TapDetails(
             int(d.sw_if_index), d.host_if_name, d.host_namespace, int(d.rx_ring_sz),

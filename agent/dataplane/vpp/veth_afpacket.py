@@ -18,9 +18,10 @@ from agent.model import PodNetwork
 class VethAfPacket:
     name = "veth-afpacket"
 
-    def __init__(self, api: VppApi, mtu: int) -> None:
+    def __init__(self, api: VppApi, mtu: int, rings: afpacket.RingOptions) -> None:
         self.api = api
         self.mtu = mtu
+        self.rings = rings
 
     def check_usable(self) -> None:
         """AF_PACKET needs nothing beyond a kernel with veth support."""
@@ -31,7 +32,7 @@ class VethAfPacket:
         vpp_mac = names.vpp_mac(pod.key)
         netlink.create_veth(host, pod.netns, pod.key.ifname, pod.mtu or self.mtu, pod_mac, tag)
         undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
-        sw_if_index = afpacket.create(self.api, host, vpp_mac)
+        sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
         undo.push(f"delete af_packet {host}", lambda: self._delete_afpacket(host))
         # Tagged first, so that even a half-wired interface is found again by its owner.
         set_tag(self.api, sw_if_index, tag)
@@ -46,7 +47,7 @@ class VethAfPacket:
             return None
         vpp_mac = names.vpp_mac(pod.key)
         self._delete_afpacket(host)
-        sw_if_index = afpacket.create(self.api, host, vpp_mac)
+        sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
         undo.push(f"delete af_packet {host}", lambda: self._delete_afpacket(host))
         set_tag(self.api, sw_if_index, tag)
         return Port(sw_if_index, host, names.pod_mac(pod.key), vpp_mac)

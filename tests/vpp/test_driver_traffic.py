@@ -1,0 +1,130 @@
+"""What the VPP driver sets up so that real traffic (TCP, UDP, pod to node) works, against the fake
+VPP with real veths and namespaces.
+
+Plan:
+- every AF_PACKET interface (pods and the VPP-host interconnect) asks VPP for checksum/GSO offload
+  (without it TCP and UDP leave VPP with bad checksums), TPACKET_V2, qdisc bypass and the
+  configured ring; a ring the kernel would refuse is refused at config time;
+- the main VRF routes everything else to the node's end of the interconnect, IPv4 via its address
+  and IPv6 via its link-local address (both ends have fixed MACs, so fixed link-locals), with
+  static neighbors; Linux routes the pod IPv6 subnet via VPP's link-local;
+- a VPP without the tap plugin serves veth pods; a TAP config on it is refused naming the plugin;
+- switching the interconnect from veth to TAP removes the old veth pair (its name is the TAP's).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agent import netlink
+from agent.dataplane import UndoStack
+from agent.dataplane.vpp import VppDataplane, afpacket, base, names
+from agent.errors import DataplaneFailure, InvalidConfig
+from tests.fakevpp import FakeVPP
+from tests.vpp.conftest import pod
+
+Factory = Callable[..., VppDataplane]
+DUAL = (ipaddress.ip_interface("10.1.1.1/24"), ipaddress.ip_interface("fd00:1:1::1/64"))
+
+
+def test_every_afpacket_interface_completes_checksums(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    rings = afpacket.RingOptions(rx_frames=16, tx_frames=8)
+    dp = driver_factory(afpacket=rings)
+    dp.start()
+    p = pod(pod_ns, "10.1.1.5/32")
+    dp.attach(p, UndoStack())
+    host = fake.interface_by_tag(names.HOST_TAG)
+    itf = fake.interface_by_tag(names.pod_tag(p.key))
+    assert host is not None and itf is not None
+    for sent in (host.afpacket, itf.afpacket):
+        assert sent["flags"] & afpacket.FLAG_CKSUM_GSO
+        assert sent["flags"] & afpacket.FLAG_VERSION_2
+        assert sent["flags"] & afpacket.FLAG_QDISC_BYPASS
+        assert (sent["rx_frames_per_block"], sent["tx_frames_per_block"]) == (16, 8)
+        assert sent["rx_frame_size"] == sent["tx_frame_size"] == afpacket.GSO_FRAME
+    assert rings.kernel_bytes == 24 * afpacket.GSO_FRAME
+
+
+def test_ring_options_follow_the_config(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    dp = driver_factory(afpacket=afpacket.RingOptions(version=3, qdisc_bypass=False))
+    dp.start()
+    p = pod(pod_ns, "10.1.1.6/32")
+    dp.attach(p, UndoStack())
+    itf = fake.interface_by_tag(names.pod_tag(p.key))
+    assert itf is not None
+    assert itf.afpacket["flags"] == afpacket.FLAG_CKSUM_GSO
+
+
+@pytest.mark.parametrize("kw", [
+    {"version": 1}, {"frame_size": 2050}, {"frame_size": 1024}, {"rx_frames": 1},
+    {"frame_size": 2048 * 33, "rx_frames": 3},  # 3 x 67584 bytes is not page-aligned
+])
+def test_rings_the_kernel_refuses_are_refused_up_front(kw: dict[str, Any]) -> None:
+    with pytest.raises(InvalidConfig):
+        afpacket.RingOptions(**kw)
+
+
+def test_main_vrf_routes_the_rest_to_the_host(fake: FakeVPP, driver_factory: Factory) -> None:
+    dp = driver_factory(pod_gateways=DUAL)
+    dp.start()
+    host = fake.interface_by_tag(names.HOST_TAG)
+    assert host is not None
+    routes = fake.routes(0)
+    v4 = routes[(0, "0.0.0.0/0")].paths[0]
+    assert (v4["sw_if_index"], str(v4["nh"]["address"]["ip4"])) == (host.sw_if_index, "172.30.1.2")
+    v6 = routes[(0, "::/0")].paths[0]
+    assert v6["sw_if_index"] == host.sw_if_index
+    assert str(v6["nh"]["address"]["ip6"]) == str(base.HOST_LINUX_LL)
+    assert host.ip6_enabled and host.link_local == str(base.VPP_HOST_LL)
+    neigh = fake.neighbors()
+    assert neigh[(host.sw_if_index, "172.30.1.2")][0] == base.HOST_LINUX_MAC
+    assert neigh[(host.sw_if_index, str(base.HOST_LINUX_LL))][0] == base.HOST_LINUX_MAC
+    # Pods' other traffic leaves the pod VRF for the main one (and so for the host).
+    assert fake.routes(1)[(1, "::/0")].paths[0]["table_id"] == 0
+    with netlink.host_ns() as ipr:
+        got = ipr.route("get", dst="fd00:1:1::5")[0]
+        assert got.get_attr("RTA_GATEWAY") == str(base.VPP_HOST_LL)
+        # The Linux end really has the link-local address VPP's neighbor entry names.
+        lls = {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=10, label=None)}
+    assert str(base.HOST_LINUX_LL) in lls
+    before = fake.snapshot()
+    driver_factory(pod_gateways=DUAL).start()
+    assert fake.snapshot() == before
+
+
+def test_vpp_without_the_tap_plugin_serves_veth_pods(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str, vhost_net: str
+) -> None:
+    fake.without_plugin("tapv2")
+    dp = driver_factory()
+    dp.start()
+    p = pod(pod_ns, "10.1.1.7/32")
+    wiring = dp.attach(p, UndoStack())
+    assert dp.check(p, wiring) == []
+    dp.detach(p, wiring)
+    assert dp.owned() == {}
+    tap = driver_factory(use_tap=True, vhost_net_path=vhost_net)
+    with pytest.raises(DataplaneFailure, match="tap"):
+        tap.start()
+
+
+def test_switching_the_interconnect_to_tap_removes_the_veth_pair(
+    fake: FakeVPP, driver_factory: Factory, vhost_net: str
+) -> None:
+    driver_factory().start()
+    assert netlink.link_exists("vpp1") and netlink.link_exists("vpp2")
+    tap = driver_factory(use_tap=True, vhost_net_path=vhost_net)
+    tap.start()
+    host = fake.interface_by_tag(names.HOST_TAG)
+    assert host is not None and host.dev_type == "virtio"
+    assert not netlink.link_exists("vpp2")
+    assert fake.interface_by_tag(names.HOST_TAG) is not None
+    assert len([i for i in fake.state.interfaces.values() if i.dev_type == "af_packet"]) == 0
