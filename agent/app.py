@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from agent import hostnat
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
 from agent.errors import Degraded, NotReady, TryAgainLater
@@ -88,6 +89,10 @@ class Agent:
         self._rest.start()
         self.dataplane = make_dataplane(cfg, self.networks)
         self._start_dataplane(self.dataplane)
+        try:
+            hostnat.apply(hostnat.plan_for(cfg))
+        except hostnat.NftError as exc:
+            raise StartupError(f"cannot set up NAT (NatExternalTraffic): {exc}") from exc
         pools = Pools(self.networks)
         journal = DeleteJournal(os.path.join(cfg.state_dir, "pending-deletes"))
         self.pods = PodManager(

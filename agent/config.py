@@ -60,6 +60,7 @@ class AgentConfig:
     afpacket_rx_frames: int = 32
     afpacket_tx_frames: int = 32
     nat_excluded_cidrs: tuple[str, ...] = ()
+    nat_table: str = "vswitch-cni"
     # Contiv's.
     nat_external_traffic: bool = True
     use_tap_interfaces: bool = True
@@ -201,6 +202,13 @@ def _cidrs(key: str, v: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _nft_name(key: str, v: object) -> str:
+    s = _str(key, v)
+    if len(s) > 32 or not all(c.isascii() and (c.isalnum() or c in "-_") for c in s):
+        raise ConfigError(key, v, "must be 1 to 32 letters, digits, '-' or '_'")
+    return s
+
+
 def _any_str(key: str, v: object) -> str:
     if not isinstance(v, str):
         raise ConfigError(key, v, "must be a string")
@@ -234,6 +242,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("AfPacketTxFrames", "afpacket_tx_frames", _int_range(2, 4096)),
         ("NatExternalTraffic", "nat_external_traffic", _bool),
         ("NatExcludedCIDRs", "nat_excluded_cidrs", _cidrs),
+        ("NatTable", "nat_table", _nft_name),
         ("UseTAPInterfaces", "use_tap_interfaces", _bool),
         ("TAPInterfaceVersion", "tap_interface_version", _tap_version),
         ("TAPv2RxRingSize", "tapv2_rx_ring_size", _ring),

@@ -8,6 +8,7 @@ test failed. `run_plugin(...)` execs the installed `vswitch-cni` the way a runti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from agent import hostnat
 from tests.helpers.etcd import free_port
 
 AGENT = [sys.executable, "-m", "agent.main"]
@@ -109,6 +111,10 @@ def agent_config(
         # Agents of concurrent test runs share this namespace: each owns only its own links.
         "HostInterfacePrefix": f"t{suffix[:3]}",
         "MTUSize": 1400,
+        # The machine's namespace is shared: no egress NAT for test pods unless a test asks,
+        # and each agent's NAT table (the VPP service return path) is its own.
+        "NatExternalTraffic": False,
+        "NatTable": f"vswitch-cni-test-{suffix}",
         "IPAMConfig": {"PodSubnetCIDR": pod_subnet, "PodNetworkPrefixLen": 24},
     }
     config.update(extra_config or {})
@@ -172,6 +178,8 @@ def running_agent(
         for name in (handle.gateway_ifname, config.get("VPPHostInterface")):
             if name:
                 subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+        with contextlib.suppress(hostnat.NftError):
+            hostnat.remove(config["NatTable"])
 
 
 @dataclass

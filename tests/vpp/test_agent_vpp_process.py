@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +26,14 @@ import pytest
 from agent.dataplane.vpp import names
 from agent.model import PodKey
 from tests.fakevpp import FakeVPP
-from tests.helpers.agent import AgentHandle, net_config, run_plugin, running_agent
+from tests.helpers.agent import (
+    AgentHandle,
+    agent_config,
+    net_config,
+    run_plugin,
+    running_agent,
+    start_agent,
+)
 from tests.vpp.conftest import API_DIR, serving_fake
 
 SUBNET = "10.237.0.0/16"
@@ -127,3 +135,30 @@ def test_vpp_gone_gives_try_again_and_not_ready(
     wait_for("STATUS 50", lambda: run_plugin("STATUS", conf).returncode != 0)
     assert run_plugin("STATUS", conf).json["code"] == 50
     assert agent.allocated() == set()
+
+
+def test_agent_waits_for_a_vpp_that_starts_after_it(
+    tmp_path: Path, etcd_endpoints: list[str], workdir: str
+) -> None:
+    """In the vswitch pod VPP and the agent start together: the agent must wait (readiness
+    503 meanwhile), not exit."""
+    suffix = secrets.token_hex(2)
+    vpp = FakeVPP(f"{workdir}/late.sock", API_DIR)
+    extra = {"Dataplane": "vpp", "VPPAPISocket": vpp.socket_path, "VPPAPIDir": API_DIR,
+             "UseTAPInterfaces": False, "VPPHostInterface": f"vsl{suffix}h",
+             "VPPHostPeerInterface": f"vsl{suffix}v"}
+    config = agent_config(tmp_path, etcd_endpoints, pod_subnet=SUBNET,
+                          node_name=f"late-{suffix}", extra_config=extra)
+    handle = start_agent(tmp_path, config)
+    try:
+        wait_for("the agent to wait for VPP", lambda: "waiting for the vpp dataplane"
+                 in handle.log())
+        assert handle.process.poll() is None
+        assert handle.get("/readiness")[0] == 503
+        vpp.start()
+        handle.wait_ready()
+        assert vpp.interface_by_tag(names.HOST_TAG) is not None
+    finally:
+        handle.stop()
+        vpp.stop()
+        subprocess.run(["ip", "link", "del", f"vsl{suffix}h"], capture_output=True, check=False)
