@@ -280,3 +280,16 @@ def add_address(ipr: IPRoute, index: int, iface: IPInterface) -> None:
     except NetlinkError as exc:
         if exc.code != errno.EEXIST:
             raise
+
+
+FORWARDING = {4: "/proc/sys/net/ipv4/ip_forward", 6: "/proc/sys/net/ipv6/conf/all/forwarding"}
+
+
+def enable_forwarding(versions: set[int]) -> None:
+    """IP forwarding on in the host namespace, only for the families pods use: IPv6
+    forwarding makes the node ignore router advertisements (accept_ra=1), which a v4-only
+    cluster must not impose."""
+    with translated("enabling IP forwarding"):
+        for version in sorted(versions):
+            with open(FORWARDING[version], "w") as knob:
+                knob.write("1")

@@ -34,7 +34,6 @@ OWNER_PREFIX = "vswitch-cni:"
 SCOPE_LINK = 253
 IFNAMSIZ = 15
 DIGEST_LEN = 11
-FORWARDING = {4: "/proc/sys/net/ipv4/ip_forward", 6: "/proc/sys/net/ipv6/conf/all/forwarding"}
 
 
 def owner_tag(pod: PodNetwork) -> str:
@@ -80,12 +79,7 @@ class KernelDataplane:
                 for gw in self.gateways:
                     netlink.add_address(ipr, index, gw)
                 ipr.link("set", index=index, state="up")
-            with netlink.translated("enabling IP forwarding"):
-                # only for the families we route: IPv6 forwarding makes the node ignore router
-                # advertisements (accept_ra=1), which a v4-only cluster must not impose
-                for version in sorted({gw.version for gw in self.gateways}):
-                    with open(FORWARDING[version], "w") as knob:
-                        knob.write("1")
+            netlink.enable_forwarding({gw.version for gw in self.gateways})
             self._started = True
 
     def _gateway_link(self, ipr: IPRoute) -> int:

@@ -15,6 +15,7 @@ With VPP gone, ADD answers 11 at once and STATUS 50.
 from __future__ import annotations
 
 import ipaddress
+import json
 import secrets
 import subprocess
 import time
@@ -158,6 +159,12 @@ def test_agent_waits_for_a_vpp_that_starts_after_it(
         vpp.start()
         handle.wait_ready()
         assert vpp.interface_by_tag(names.HOST_TAG) is not None
+        # The Service return path: connections DNATed towards VPP are masqueraded there.
+        listed = subprocess.run(["nft", "-j", "list", "table", "inet", config["NatTable"]],
+                                capture_output=True, text=True, check=True).stdout
+        rules = [o["rule"] for o in json.loads(listed)["nftables"] if "rule" in o]
+        assert len(rules) == 1 and f'"right": "vsl{suffix}h"' in json.dumps(rules[0])
+        assert '"dnat"' in json.dumps(rules[0]) and "masquerade" in rules[0]["expr"][-1]
     finally:
         handle.stop()
         vpp.stop()

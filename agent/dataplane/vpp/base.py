@@ -125,6 +125,8 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
         neighbors.add(api, sw_if_index, cfg.host_linux_ip.ip, HOST_LINUX_MAC)
     _cross_vrf_routes(api, cfg)
     _routes_to_host(api, cfg, sw_if_index, cfg.host_linux_ip)
+    # The node forwards what pods send beyond it (egress, other nodes).
+    netlink.enable_forwarding({s.version for s in cfg.pod_subnets})
     hostlink.ensure_address_and_routes(
         cfg.host_ifname, cfg.host_linux_ip, cfg.vpp_host_ip, [str(s) for s in cfg.pod_subnets],
         VPP_HOST_LL,
