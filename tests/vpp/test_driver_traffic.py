@@ -128,3 +128,32 @@ def test_switching_the_interconnect_to_tap_removes_the_veth_pair(
     assert not netlink.link_exists("vpp2")
     assert fake.interface_by_tag(names.HOST_TAG) is not None
     assert len([i for i in fake.state.interfaces.values() if i.dev_type == "af_packet"]) == 0
+
+
+@pytest.mark.parametrize("gateways", [DUAL[:1], DUAL], ids=["ipv4", "dual-stack"])
+def test_teardown_leaves_vpp_and_the_node_as_before(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str, gateways: tuple[object, ...]
+) -> None:
+    empty = fake.snapshot()
+    dp = driver_factory(pod_gateways=gateways)
+    dp.start()
+    p = pod(pod_ns, "10.1.1.8/32")
+    wiring = dp.attach(p, UndoStack())
+    dp.detach(p, wiring)
+    removed = dp.teardown()
+    assert any("interconnect" in r for r in removed) and any("loopback" in r for r in removed)
+    assert fake.snapshot() == empty
+    assert not netlink.link_exists("vpp1") and not netlink.link_exists("vpp2")
+    assert dp.teardown() == []  # nothing left to remove
+
+
+def test_teardown_keeps_the_pod_vrf_while_pods_live(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    dp = driver_factory()
+    dp.start()
+    p = pod(pod_ns, "10.1.1.9/32")
+    dp.attach(p, UndoStack())
+    dp.teardown()
+    assert (False, 1) in fake.tables()
+    assert fake.interface_by_tag(names.pod_tag(p.key)) is not None

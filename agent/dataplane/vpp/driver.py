@@ -17,7 +17,16 @@ import threading
 
 from agent import netlink
 from agent.dataplane import UndoStack
-from agent.dataplane.vpp import afpacket, base, interfaces, ip, names, neighbors, tap
+from agent.dataplane.vpp import (
+    afpacket,
+    base,
+    interfaces,
+    ip,
+    names,
+    neighbors,
+    tap,
+    teardown,
+)
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
@@ -114,6 +123,14 @@ class VppDataplane:
 
     def close(self) -> None:
         self.api.close()
+
+    def teardown(self) -> list[str]:
+        """Removes the base configuration (the node leaves); pods must be detached first."""
+        with self._base_lock:
+            self.api.connect()
+            removed = teardown.remove_base(self.api, self.cfg)
+            self._base = None
+        return removed
 
     # --- pods -----------------------------------------------------------------------------
     def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:

@@ -63,6 +63,14 @@ def add_table(api: VppApi, table_id: int, ipv6: bool, name: str) -> None:
     )
 
 
+def delete_table(api: VppApi, table_id: int, ipv6: bool) -> None:
+    """Deletes the table and every route in it."""
+    api.call(
+        "ip_table_add_del", is_add=False, table={"table_id": table_id, "is_ip6": ipv6},
+        context=f"{'IPv6' if ipv6 else 'IPv4'} table {table_id}",
+    )
+
+
 def tables(api: VppApi) -> set[tuple[int, bool]]:
     return {(int(d.table.table_id), bool(d.table.is_ip6)) for d in api.dump("ip_table_dump")}
 

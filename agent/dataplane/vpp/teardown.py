@@ -1,0 +1,75 @@
+"""Removing the driver's base configuration from VPP and the node, when a node leaves the cluster
+(`vswitch-agent --teardown`) or a test is done with a real VPP.
+
+The inverse of base.ensure_base, found by tags and the config alone: the main VRF's default routes
+via the interconnect, the routes between the main and the pod VRF, the interconnect (both ends),
+the gateway loopback and the pod VRF tables. Pods must be gone first: a pod VRF that still holds
+pod interfaces is left alone (and named), so no live pod is cut off by accident.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+from agent import netlink
+from agent.dataplane.vpp import afpacket, hostlink, interfaces, ip, names, tap
+from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.config import VppConfig
+
+log = logging.getLogger(__name__)
+
+
+def _defaults(ipv6: bool) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    return ipaddress.ip_network("::/0" if ipv6 else "0.0.0.0/0")
+
+
+def _host_link(api: VppApi, cfg: VppConfig) -> list[str]:
+    removed = []
+    hosts = interfaces.by_tag(api, names.HOST_TAG)
+    host_sws = {i.sw_if_index for i in hosts}
+    for ipv6 in (False, True):
+        route = ip.routes(api, cfg.main_vrf_id, ipv6).get(_defaults(ipv6))
+        if route is not None and host_sws & set(route.sw_if_indexes):
+            ip.delete_route(api, cfg.main_vrf_id, _defaults(ipv6))
+            removed.append(f"main VRF default route {_defaults(ipv6)}")
+    taps, bound = tap.dump(api), afpacket.dump(api)
+    for itf in hosts:
+        if itf.sw_if_index in taps:
+            tap.delete(api, itf.sw_if_index)
+        for host, sw in bound.items():
+            if sw == itf.sw_if_index:
+                afpacket.delete(api, host)
+                netlink.delete_link(host)
+        removed.append(f"interconnect {itf.name}")
+    hostlink.remove(cfg.host_ifname)
+    return removed
+
+
+def _pod_vrf(api: VppApi, cfg: VppConfig) -> list[str]:
+    removed = []
+    if cfg.main_vrf_id != cfg.pod_vrf_id:
+        for subnet in cfg.pod_subnets:
+            route = ip.routes(api, cfg.main_vrf_id, subnet.version == 6).get(subnet)
+            if route is not None and route.via_tables == (cfg.pod_vrf_id,):
+                ip.delete_route(api, cfg.main_vrf_id, subnet)
+                removed.append(f"main VRF route {subnet}")
+    for itf in interfaces.by_tag(api, names.GATEWAY_TAG):
+        interfaces.delete_loopback(api, itf.sw_if_index)
+        removed.append(f"gateway loopback {itf.name}")
+    pods = [i.name for i in interfaces.dump(api) if i.tag.startswith(names.POD_TAG_PREFIX)]
+    if pods:
+        log.warning("pod VRF %d kept: pod interfaces %s still exist", cfg.pod_vrf_id, pods)
+        return removed
+    existing = ip.tables(api)
+    for ipv6 in sorted({s.version == 6 for s in cfg.pod_subnets}):
+        for table in {cfg.pod_vrf_id, cfg.main_vrf_id} - {0}:
+            if (table, ipv6) in existing:
+                ip.delete_table(api, table, ipv6)
+                removed.append(f"{'IPv6' if ipv6 else 'IPv4'} table {table}")
+    return removed
+
+
+def remove_base(api: VppApi, cfg: VppConfig) -> list[str]:
+    """Removes the base configuration; returns what was removed (absent parts are skipped)."""
+    return _host_link(api, cfg) + _pod_vrf(api, cfg)
