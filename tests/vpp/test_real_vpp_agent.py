@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 
+from agent.dataplane.vpp import VppConfig, VppDataplane
 from tests.helpers.agent import AgentHandle, net_config, run_plugin, running_agent
 from tests.helpers.netns import ping
+from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
 
 SOCKET = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
 RESTART = os.environ.get("VSWITCH_TEST_VPP_RESTART", "")
@@ -53,7 +55,20 @@ def agent(tmp_path: Path, etcd_endpoints: list[str]) -> Iterator[AgentHandle]:
             "PodVRFID": 251,
         },
     ) as handle:
+        status, ipam = handle.get("/contiv/v1/ipam")
+        assert status == 200, ipam
         yield handle
+    # VPP as the test found it (the agent leaves its base configuration for the next start).
+    subnet = ipaddress.ip_network(ipam["podNetwork"])
+    gateway = ipaddress.ip_interface(f"{subnet.network_address + 1}/{subnet.prefixlen}")
+    dp = VppDataplane(VppConfig(
+        api_socket=SOCKET, api_dir=API_DIR or None, pod_vrf_id=251, pod_gateways=(gateway,),
+        host_ifname=f"vsr{suffix}h", host_vpp_ifname=f"vsr{suffix}v",
+    ))
+    try:
+        dp.teardown()
+    finally:
+        dp.close()
 
 
 @pytest.fixture
@@ -100,7 +115,16 @@ def all_reachable(pods: list[Pod], node_ip: str) -> list[str]:
 def test_twenty_pods_reach_each_other_and_the_node_through_vpp(
     agent: AgentHandle, pods: list[Pod]
 ) -> None:
-    assert all_reachable(pods, host_linux_ip(agent)) == []
+    node_ip = host_linux_ip(agent)
+    assert all_reachable(pods, node_ip) == []
+    (ns_a, _, _), (ns_b, _, addr_b) = pods[0], pods[1]
+    with Server(ns_b, "tcp", addr_b, 5101), Server(ns_b, "udp", addr_b, 5102), \
+            Server(f"/proc/{os.getpid()}/ns/net", "tcp", node_ip, 5103):
+        tcp = tcp_transfer(ns_a, addr_b, 5101)
+        assert tcp.ok, tcp.detail
+        assert udp_exchange(ns_a, addr_b, 5102).ok
+        to_node = tcp_transfer(ns_a, node_ip, 5103)
+        assert to_node.ok, to_node.detail
 
 
 @pytest.mark.skipif(not RESTART, reason="VSWITCH_TEST_VPP_RESTART is not set (no way to "
