@@ -16,6 +16,9 @@ from benchmarks.ipam_core import IpamFigures
 from benchmarks.nodeid import Race
 from benchmarks.restart import RestartFigures
 from benchmarks.stats import Summary, ratio
+from benchmarks.traffic import Counts as TrafficCounts
+from benchmarks.traffic import Figures
+from benchmarks.traffic import render as render_traffic
 
 MB = 1024 * 1024
 OURS = "vswitch-cni"
@@ -42,6 +45,8 @@ class Results:
     restart: RestartFigures | None = None
     nodeid: list[Race] = field(default_factory=list)
     ipam: IpamFigures | None = None
+    traffic: list[Figures] = field(default_factory=list)
+    traffic_counts: TrafficCounts | None = None
     load_end: str = ""
     wall_s: float = 0.0
 
@@ -121,6 +126,25 @@ def targets(r: Results) -> list[Target]:
                           max(Summary.of(r.restart.rss_after_adds, "B").median,
                               Summary.of(r.restart.rss_loaded, "B").median) / MB, 80.0, "MB",
                           where="see figure 7's split"))
+    return out + traffic_targets(r.traffic)
+
+
+def traffic_targets(figs: Sequence[Figures]) -> list[Target]:
+    """Issue #18's targets, for the VPP setup with the default AF_PACKET options."""
+    kernel = next((f for f in figs if f.label.startswith("kernel")), None)
+    vpp = next((f for f in figs if f.label.startswith("VPP") and not f.note), None)
+    if kernel is None or vpp is None:
+        return []
+    where = f"{vpp.label}; see the traffic section"
+    out = [Target("VPP pod-to-pod TCP, one stream", vpp.median("tcp_gbps") or 0.0, 2.0,
+                  "Gbit/s", at_least=True, where=where),
+           Target("VPP pod-to-pod RTT", vpp.median("rtt_ms") or math.inf, 0.3, "ms",
+                  where=where)]
+    kernel_loss = kernel.median("udp_loss_pct")
+    if kernel_loss is not None:
+        out.append(Target("VPP UDP loss at 1 Gbit/s, points over the kernel dataplane's + 1",
+                          (vpp.median("udp_loss_pct") or 0.0) - kernel_loss, 1.0, "points",
+                          where=where))
     return out
 
 
@@ -161,6 +185,8 @@ def render(r: Results) -> str:
     out += _nodeid_section(r)
     out += _ipam_section(r)
     out += _memory_section(r)
+    if r.traffic and r.traffic_counts is not None:
+        out += render_traffic(r.traffic, r.traffic_counts)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -168,7 +194,8 @@ def _targets_section(r: Results) -> list[str]:
     rows = [[t.name, f"{_n(t.measured, 2)} {t.unit}",
              f"{'≥' if t.at_least else '≤'} {_n(t.goal, 1)} {t.unit}", t.verdict()]
             for t in targets(r)]
-    return ["## Targets (issue #7)", "", *_table(("target", "measured", "goal", "verdict"), rows)]
+    return ["## Targets (issues #7 and #18)", "",
+            *_table(("target", "measured", "goal", "verdict"), rows)]
 
 
 def _latency_section(r: Results) -> list[str]:

@@ -26,7 +26,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from benchmarks import agent_metrics, cni_bench, ipam_core, machine, nodeid, plugin_exec, restart
+from benchmarks import (
+    agent_metrics,
+    cni_bench,
+    ipam_core,
+    machine,
+    nodeid,
+    plugin_exec,
+    restart,
+    traffic,
+)
 from benchmarks.harness import (
     REPO,
     CniNetwork,
@@ -185,6 +194,9 @@ def run(counts: Counts, mode: str, command: str) -> Results:
                       for i in range(counts.races)]
     log("IPAM core")
     res.ipam = ipam_core.run(counts.ipam_runs, counts.churn_operations)
+    log("pod-to-pod traffic: bare veth, kernel dataplane, VPP dataplane")
+    res.traffic_counts = traffic.QUICK if counts is QUICK else traffic.FULL
+    res.traffic = traffic.run(res.traffic_counts)
     res.load_end = machine.loadavg()
     res.wall_s = time.monotonic() - started
     return res

@@ -1,0 +1,240 @@
+"""Pod-to-pod traffic on one node, side by side: a bare veth pair (the floor), the kernel
+dataplane and the VPP dataplane (each AF_PACKET variant asked for), in one run.
+
+    python3 -m benchmarks.traffic [--quick] [--variant v2-32 ...]
+
+Per setup: single-stream TCP throughput (iperf3), round-trip time (ping), UDP loss with 1 Gbit/s
+offered (iperf3 -u), each repeated; for VPP also the ADD cost of the wiring (the driver's attach,
+pods wired at the time) and kernel memory per pod: the AF_PACKET rings' size and the drop of
+MemAvailable while pods are wired. Everything runs in namespaces this module creates, against
+addresses inside them, and is removed again. VPP setups need VSWITCH_TEST_VPP_SOCKET.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+from agent.dataplane import UndoStack
+from agent.dataplane.vpp import VppConfig, VppDataplane
+from agent.dataplane.vpp.afpacket import RingOptions
+from agent.model import PodNetwork
+from tests.dataplane.pods import Subnets, started_driver, wire
+from tests.helpers.netns import entered, named_netns, run_in, unique
+from tests.vpp.conftest import pod as vpp_pod
+
+VPP_ENV = "VSWITCH_TEST_VPP_SOCKET"
+VARIANTS = {  # name -> AF_PACKET options of a VPP setup
+    "v2-32": RingOptions(version=2, rx_frames=32, tx_frames=32),
+    "v2-16": RingOptions(version=2, rx_frames=16, tx_frames=16),
+    "v2-128": RingOptions(version=2, rx_frames=128, tx_frames=128),
+    "v3-vpp": RingOptions(version=3, frame_size=2048, rx_frames=32, tx_frames=1024),
+}
+DEFAULT_VARIANTS = ("v2-32", "v2-16", "v3-vpp")
+
+
+@dataclass
+class Figures:
+    label: str
+    tcp_gbps: list[float] = field(default_factory=list)
+    rtt_ms: list[float] = field(default_factory=list)
+    udp_loss_pct: list[float] = field(default_factory=list)
+    add_ms: list[float] = field(default_factory=list)
+    ring_mib: float | None = None
+    mem_per_pod_mib: float | None = None
+    note: str = ""
+
+    def median(self, name: str) -> float | None:
+        values: list[float] = getattr(self, name)
+        return statistics.median(values) if values else None
+
+
+@dataclass(frozen=True)
+class Counts:
+    runs: int
+    seconds: int
+    pings: int
+    memory_pods: int
+
+
+FULL = Counts(runs=3, seconds=5, pings=100, memory_pods=10)
+QUICK = Counts(runs=1, seconds=1, pings=10, memory_pods=2)
+
+
+# --- one measurement -----------------------------------------------------------------------
+
+def _iperf(client_ns: str, server_ns: str, addr: str, args: list[str], seconds: int
+           ) -> dict[str, object]:
+    port = str(5201 + os.getpid() % 1000)
+    server = subprocess.Popen(["nsenter", f"--net={server_ns}", "iperf3", "-s", "-B", addr,
+                               "-p", port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while f":{port} " not in run_in(server_ns, "ss", "-Hltn").stdout:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"iperf3 server on {addr}:{port} did not start")
+            time.sleep(0.05)
+        r = run_in(client_ns, "iperf3", "-c", addr, "-p", port, "-t", str(seconds), "-J", *args)
+        result: dict[str, object] = json.loads(r.stdout)
+        if "error" in result:
+            raise RuntimeError(f"iperf3: {result['error']}")
+        return result
+    finally:
+        server.kill()
+        server.wait()
+
+
+def measure_pair(fig: Figures, a_ns: str, b_ns: str, b_addr: str, counts: Counts) -> None:
+    """TCP, RTT and UDP loss from a to b, `counts.runs` times each."""
+    for _ in range(counts.runs):
+        tcp = _iperf(a_ns, b_ns, b_addr, [], counts.seconds)
+        fig.tcp_gbps.append(tcp["end"]["sum_received"]["bits_per_second"] / 1e9)  # type: ignore[index]
+        udp = _iperf(a_ns, b_ns, b_addr, ["-u", "-b", "1G", "-l", "1400"], counts.seconds)
+        fig.udp_loss_pct.append(float(udp["end"]["sum"]["lost_percent"]))  # type: ignore[index]
+        ping = run_in(a_ns, "ping", "-q", "-c", str(counts.pings), "-i", "0.01", b_addr)
+        found = re.search(r"= [\d.]+/([\d.]+)/", ping.stdout)
+        if found is None:
+            raise RuntimeError(f"ping {b_addr} failed: {ping.stdout} {ping.stderr}")
+        fig.rtt_ms.append(float(found.group(1)))
+
+
+def _mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+# --- the setups ----------------------------------------------------------------------------
+
+def bare_veth(counts: Counts) -> Figures:
+    fig = Figures("bare veth pair (floor)")
+    with named_netns("tba") as a, named_netns("tbb") as b:
+        run_in(a, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0",
+               "netns", b.rsplit("/", 1)[1])
+        for ns, addr in ((a, "10.249.0.1/24"), (b, "10.249.0.2/24")):
+            run_in(ns, "ip", "addr", "add", addr, "dev", "eth0")
+            run_in(ns, "ip", "link", "set", "eth0", "up")
+            run_in(ns, "ip", "link", "set", "lo", "up")
+        measure_pair(fig, a, b, "10.249.0.2", counts)
+    return fig
+
+
+def kernel(counts: Counts) -> Figures:
+    fig = Figures("kernel dataplane")
+    subnets = Subnets.pick()
+    with named_netns("tbn") as node, entered(node), started_driver(node, subnets) as dp, \
+            named_netns("tbp") as a, named_netns("tbp") as b:
+        wire(dp, subnets.pod(a, 5, v6=False))
+        wire(dp, subnets.pod(b, 6, v6=False))
+        measure_pair(fig, a, b, str(subnets.v4[6]), counts)
+    return fig
+
+
+@contextmanager
+def _vpp_driver(socket: str, rings: RingOptions) -> Iterator[VppDataplane]:
+    suffix = unique("")[-4:]
+    dp = VppDataplane(VppConfig(
+        api_socket=socket, pod_vrf_id=1, afpacket=rings,
+        pod_gateways=(ipaddress.ip_interface("10.248.1.1/24"),),
+        vpp_host_ip=ipaddress.ip_interface("172.31.248.1/24"),
+        host_linux_ip=ipaddress.ip_interface("172.31.248.2/24"),
+        host_ifname=f"vsbt{suffix}h", host_vpp_ifname=f"vsbt{suffix}v",
+    ))
+    try:
+        dp.start()
+        yield dp
+    finally:
+        dp.teardown()
+        dp.close()
+
+
+def _vpp_pods(dp: VppDataplane, stack: ExitStack, first: int, n: int, fig: Figures
+              ) -> list[PodNetwork]:
+    pods = []
+    for i in range(first, first + n):
+        netns = stack.enter_context(named_netns("tbv"))
+        p = vpp_pod(netns, f"10.248.1.{i}/32")
+        started = time.perf_counter()
+        wiring = dp.attach(p, UndoStack())
+        fig.add_ms.append((time.perf_counter() - started) * 1000)
+        stack.callback(dp.detach, p, wiring)
+        from agent import podside  # the pod side, as agent/pods does after attach
+
+        podside.configure(p, wiring.gateway_mac)
+        pods.append(p)
+    return pods
+
+
+def vpp(counts: Counts, socket: str, variant: str) -> Figures:
+    rings = VARIANTS[variant]
+    fig = Figures(f"VPP dataplane, AF_PACKET {variant} (TPACKET_V{rings.version}, "
+                  f"{rings.rx_frames}/{rings.tx_frames} frames of {rings.frame_size} B)")
+    fig.ring_mib = rings.kernel_bytes / 2**20
+    with _vpp_driver(socket, rings) as dp, ExitStack() as stack:
+        before = _mem_available()
+        pods = _vpp_pods(dp, stack, 10, counts.memory_pods, fig)
+        fig.mem_per_pod_mib = (before - _mem_available()) / counts.memory_pods / 2**20
+        measure_pair(fig, pods[0].netns, pods[1].netns, str(pods[1].addresses[0].ip), counts)
+    return fig
+
+
+def run(counts: Counts, variants: tuple[str, ...] = DEFAULT_VARIANTS) -> list[Figures]:
+    figs = [bare_veth(counts), kernel(counts)]
+    socket = os.environ.get(VPP_ENV, "")
+    if not socket or not os.path.exists(socket):
+        figs.append(Figures("VPP dataplane", note=f"not measured: {VPP_ENV} names no VPP socket"))
+        return figs
+    figs += [vpp(counts, socket, v) for v in variants]
+    return figs
+
+
+# --- report --------------------------------------------------------------------------------
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def render(figs: list[Figures], counts: Counts) -> list[str]:
+    out = ["## Pod-to-pod traffic on one node (issue #18)", "",
+           f"iperf3, one TCP stream for {counts.seconds} s; UDP 1400-byte datagrams at 1 Gbit/s "
+           f"offered for {counts.seconds} s; ping RTT average of {counts.pings} pings 10 ms "
+           f"apart; medians of {counts.runs} run(s). VPP rows: ADD = the driver's attach (median "
+           "over the pods wired), ring = AF_PACKET ring size per interface, memory = drop of "
+           "MemAvailable per wired pod.", "",
+           "| setup | TCP Gbit/s | RTT ms | UDP loss % | ADD ms | ring MiB | memory MiB/pod |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for f in figs:
+        if f.note:
+            out.append(f"| {f.label} | {f.note} | | | | | |")
+            continue
+        out.append(f"| {f.label} | {_fmt(f.median('tcp_gbps'))} | {_fmt(f.median('rtt_ms'), 3)}"
+                   f" | {_fmt(f.median('udp_loss_pct'))} | {_fmt(f.median('add_ms'), 1)} | "
+                   f"{_fmt(f.ring_mib)} | {_fmt(f.mem_per_pod_mib)} |")
+    return [*out, ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.traffic")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
+    args = parser.parse_args(argv)
+    counts = QUICK if args.quick else FULL
+    figs = run(counts, tuple(args.variant or DEFAULT_VARIANTS))
+    print("\n".join(render(figs, counts)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
