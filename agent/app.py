@@ -60,6 +60,7 @@ class Agent:
         self.report = ReconcileReport()
         self._ready = threading.Event()
         self._grpc: grpc.Server | None = None
+        self._service: CniService | None = None
         self._rest: RestServer | None = None
         self._stopping = threading.Event()
         self._watch: threading.Thread | None = None
@@ -99,7 +100,9 @@ class Agent:
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
         self._start_watch(self.dataplane.generation())
-        self._serve_cni(CniService(self.pods, self.status))
+        self._service = CniService(self.pods, self.status, cfg.workers)
+        self.metrics.gauge("vswitch_cni_busy_workers", lambda: float(self._busy()))
+        self._serve_cni(self._service)
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
 
@@ -200,7 +203,12 @@ class Agent:
             return False, f"dataplane {self.config.dataplane} not ready"
         if self.pods is not None and self.pods.pools.exhausted():
             return False, "pod subnet exhausted"
+        if self._service is not None and self._service.saturated():
+            return False, f"all {self.config.workers} CNI workers are busy"
         return True, "ready"
+
+    def _busy(self) -> int:
+        return self._service.busy() if self._service is not None else 0
 
     def live(self) -> bool:
         return True
