@@ -1,9 +1,11 @@
 """The agent process: builds every part from the config, in order, and runs until SIGTERM.
 
-Start-up order matters: etcd and the node ID first (the node's subnets follow from the ID), then
-the dataplane's base configuration, then reconcile, and only then the CNI socket. A pod is never
-accepted before the agent knows what it already has. Shutdown is the reverse: stop accepting,
-drain in-flight requests, remove the socket; pods stay wired.
+Start-up order matters: the REST endpoint first (probes get /liveness and a 503 /readiness
+naming the phase from the first second, also while etcd is awaited), then etcd and the node ID
+(the node's subnets follow from the ID), then the dataplane's base configuration, then reconcile,
+and only then the CNI socket. A pod is never accepted before the agent knows what it already
+has. Shutdown is the reverse: stop accepting, drain in-flight requests, remove the socket; pods
+stay wired.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ class Agent:
         self.dataplane: Dataplane | None = None
         self.report = ReconcileReport()
         self._ready = threading.Event()
+        self._phase = "starting"  # what start() is doing, the readiness reason until ready
         self._grpc: grpc.Server | None = None
+        self._service: CniService | None = None
         self._rest: RestServer | None = None
         self._stopping = threading.Event()
         self._watch: threading.Thread | None = None
@@ -75,6 +79,8 @@ class Agent:
         # First of all: a live agent on this socket (a rolling update's overlap, a second copy)
         # means this one must touch nothing, least of all reconcile the other's pods.
         prepare_socket(cfg.cni_socket)
+        self._rest = self._listen()
+        self._phase = "starting: waiting for etcd"
         self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam).acquire(
             wait=STARTUP_ETCD_WAIT, stopping=self._stopping
         )
@@ -85,8 +91,7 @@ class Agent:
             self.node_id,
             [str(s) for s in self.networks.pod_subnets],
         )
-        self._rest = RestServer(cfg.http_host_port, self)
-        self._rest.start()
+        self._phase = f"starting: setting up the {cfg.dataplane} dataplane"
         self.dataplane = make_dataplane(cfg, self.networks)
         self._start_dataplane(self.dataplane)
         try:
@@ -101,10 +106,13 @@ class Agent:
         # Every pod holds one address of the first family, so the pool's use counts the pods.
         self.metrics.gauge("vswitch_cni_pods", lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
         self.metrics.gauge("vswitch_cni_pending_deletes", lambda: float(len(journal)))
+        self._phase = "starting: reconciling pods"
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
         self._start_watch(self.dataplane.generation())
-        self._serve_cni(CniService(self.pods, self.status))
+        self._service = CniService(self.pods, self.status, cfg.workers)
+        self.metrics.gauge("vswitch_cni_busy_workers", lambda: float(self._busy()))
+        self._serve_cni(self._service)
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
 
@@ -123,9 +131,20 @@ class Agent:
                     raise StartupError(f"the {dataplane.name} dataplane is not reachable: "
                                        f"{exc}") from exc
                 log.warning("waiting for the %s dataplane: %s", dataplane.name, exc)
+                self._phase = f"starting: waiting for the {dataplane.name} dataplane"
                 if self._stopping.wait(min(delay, left)):
                     raise StartupError("stopped while waiting for the dataplane") from exc
                 delay = min(delay * 2, 2.0)
+
+    def _listen(self) -> RestServer:
+        address = self.config.http_host_port
+        try:
+            rest = RestServer(address, self)
+        except OSError as exc:
+            raise StartupError(f"cannot serve REST on HTTPAddress {self.config.http_address}: "
+                               f"{exc.strerror or exc}") from exc
+        rest.start()
+        return rest
 
     def _serve_cni(self, service: CniService) -> None:
         path = self.config.cni_socket
@@ -215,7 +234,7 @@ class Agent:
 
     def ready(self) -> tuple[bool, str]:
         if not self._ready.is_set():
-            return False, "starting"
+            return False, "stopping" if self._stopping.is_set() else self._phase
         try:
             self.store.ping()
         except Exception as exc:
@@ -224,7 +243,12 @@ class Agent:
             return False, f"dataplane {self.config.dataplane} not ready"
         if self.pods is not None and self.pods.pools.exhausted():
             return False, "pod subnet exhausted"
+        if self._service is not None and self._service.saturated():
+            return False, f"all {self.config.workers} CNI workers are busy"
         return True, "ready"
+
+    def _busy(self) -> int:
+        return self._service.busy() if self._service is not None else 0
 
     def live(self) -> bool:
         return True
@@ -244,13 +268,20 @@ class Agent:
         return self.config.ipam
 
     def allocations(self) -> dict[str, dict[str, Any]]:
+        self._started()
         return self.store.list_allocations(self.node_id)
 
     def pod_records(self) -> list[dict[str, Any]]:
-        return [r.to_json_dict() for r in self.pods.records()] if self.pods else []
+        return [r.to_json_dict() for r in self._started().records()]
 
     def pool_usage(self) -> list[dict[str, object]]:
-        return self.pods.pools.usage() if self.pods else []
+        return self._started().pools.usage()
+
+    def _started(self) -> PodManager:
+        """The pod manager, or TryAgainLater (REST 503) while start() has not made it yet."""
+        if self.pods is None:
+            raise TryAgainLater(f"the agent is not serving pods yet ({self._phase})")
+        return self.pods
 
     def metrics_text(self) -> str:
         return self.metrics.render()

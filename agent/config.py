@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -27,10 +28,23 @@ class ConfigError(Exception):
     """A configuration value the agent refuses to start with."""
 
     def __init__(self, key: str, value: object, reason: str) -> None:
-        super().__init__(f"config key {key!r} = {value!r}: {reason}")
+        super().__init__(f"config key {key!r} = {brief(value)}: {reason}")
         self.key = key
         self.value = value
         self.reason = reason
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """A value as an error message shows it: scalars cut to `limit`, containers only sized.
+
+    Never the whole value: a config's value can be huge (an alias bomb expands to gigabytes).
+    """
+    if isinstance(value, dict):
+        return f"<a mapping of {len(value)} keys>"
+    if isinstance(value, list | tuple | set):
+        return f"<a list of {len(value)} items>"
+    text = repr(value if isinstance(value, str | int | float | bool | None) else str(value))
+    return text if len(text) <= limit else text[: limit - 5] + "...'"
 
 
 @dataclass(frozen=True)
@@ -103,7 +117,7 @@ def _int_range(lo: int, hi: int) -> Callable[[str, object], int]:
 
 
 def _ring(key: str, v: object) -> int:
-    n = _int_range(0, 32768)(key, v)
+    n = _int_range(1, 32768)(key, v)  # 0 is no power of two (0 & -1 == 0 let it pass)
     if n & (n - 1):
         raise ConfigError(key, v, "a TAP ring size must be a power of two (VPP refuses others)")
     return n
@@ -122,9 +136,23 @@ def _endpoints(key: str, v: object) -> tuple[str, ...]:
     out = []
     for item in items:
         if not isinstance(item, str) or "://" not in item:
-            raise ConfigError(key, v, f"{item!r} is not an etcd URL like http://10.0.0.1:2379")
-        out.append(item.strip())
+            raise ConfigError(key, v, f"{brief(item)} is not an etcd URL like http://10.0.0.1:2379")
+        out.append(_etcd_url(key, item.strip()))
     return tuple(out)
+
+
+def _etcd_url(key: str, url: str) -> str:
+    # the rules of agent.store.parse_endpoint, checked here so that start-up never meets them
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        raise ConfigError(key, url, "only http:// endpoints are supported (no TLS yet)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(key, url, "the port must be a number from 1 to 65535") from None
+    if not parts.hostname or parts.path not in ("", "/") or port == 0:
+        raise ConfigError(key, url, "must be http://HOST:PORT like http://10.0.0.1:2379")
+    return url
 
 
 def _prefix(key: str, v: object) -> str:
@@ -138,6 +166,26 @@ def _abs_path(key: str, v: object) -> str:
     s = _str(key, v)
     if not os.path.isabs(s):
         raise ConfigError(key, v, "must be an absolute path")
+    return s
+
+
+UNIX_PATH_MAX = 107  # bytes of a unix socket path: sun_path holds 108, NUL included
+
+
+def _socket_path(key: str, v: object) -> str:
+    s = _abs_path(key, v)
+    if len(s.encode()) > UNIX_PATH_MAX:
+        raise ConfigError(key, v, f"a unix socket path holds at most {UNIX_PATH_MAX} bytes")
+    return s
+
+
+def _node_ip(key: str, v: object) -> str:
+    s = _any_str(key, v)
+    if s:
+        try:
+            ipaddress.ip_interface(s)
+        except ValueError:
+            raise ConfigError(key, v, "must be an IP address (optionally with /prefix)") from None
     return s
 
 
@@ -157,8 +205,13 @@ def _dataplane(key: str, v: object) -> str:
 
 def _ifname(key: str, v: object) -> str:
     s = _str(key, v)
-    if len(s.encode()) > 15 or "/" in s or ":" in s or s.strip() != s:
-        raise ConfigError(key, v, "must be a Linux interface name (at most 15 bytes)")
+    bad = len(s.encode()) > 15 or s in (".", "..") or any(c in "/:" or c.isspace() for c in s)
+    if bad:
+        raise ConfigError(
+            key, v, "must be a Linux interface name (at most 15 bytes, no '/', ':' or space)"
+        )
+    if s == "lo":
+        raise ConfigError(key, v, "the loopback interface is the node's own, not the agent's")
     return s
 
 
@@ -220,11 +273,11 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
     k.lower(): (k, f, p)
     for k, f, p in [
         ("NodeName", "node_name", _str),
-        ("NodeIP", "node_ip", _any_str),
+        ("NodeIP", "node_ip", _node_ip),
         ("EtcdEndpoints", "etcd_endpoints", _endpoints),
         ("EtcdPrefix", "etcd_prefix", _prefix),
         ("EtcdTimeout", "etcd_timeout", _seconds),
-        ("CNISocket", "cni_socket", _abs_path),
+        ("CNISocket", "cni_socket", _socket_path),
         ("HTTPAddress", "http_address", _http_address),
         ("Dataplane", "dataplane", _dataplane),
         ("GatewayInterface", "gateway_interface", _ifname),
@@ -287,17 +340,62 @@ _CONTIV_UNIMPLEMENTED = {
 }
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader minus what a config has no use for and an attacker has: anchors and
+    aliases (a 476-byte alias bomb expands to gigabytes) and repeated keys (which YAML resolves
+    silently to the last; keys here are case-insensitive, so `MTUSize` and `mtusize` repeat)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (& and *) are not allowed", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[str, str] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key.lower() in seen:
+                value = value_node.value if isinstance(value_node, yaml.ScalarNode) else "..."
+                line = key_node.start_mark.line + 1
+                raise ConfigError(key, value, _twice(seen[key.lower()], key, f" (line {line})"))
+            seen[key.lower()] = key
+        return super().construct_mapping(node, deep)
+
+
+def _twice(first: str, again: str, where: str = "") -> str:
+    return f"given twice, as {first!r} and {again!r}{where}: keys are case-insensitive"
+
+
 def load(path: str | Path, env: Mapping[str, str] | None = None) -> AgentConfig:
     """Reads and validates the YAML config file; raises ConfigError naming the bad key."""
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError("--config", str(path), f"cannot read: {exc.strerror}") from exc
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+        raise ConfigError("--config", str(path), reason) from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader, stricter
     except yaml.YAMLError as exc:
         raise ConfigError("--config", str(path), f"not valid YAML: {exc}") from exc
+    except RecursionError:
+        raise ConfigError("--config", str(path), "not valid YAML: nested too deeply") from None
     return parse(data if data is not None else {}, env)
+
+
+def _refuse_repeats(data: Mapping[object, object], where: str = "") -> None:
+    seen: dict[str, str] = {}
+    for raw_key in data:
+        key = str(raw_key)
+        if key.lower() in seen:
+            raise ConfigError(where + key, data[raw_key], _twice(seen[key.lower()], key))
+        seen[key.lower()] = key
 
 
 def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -305,6 +403,7 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
     if not isinstance(data, dict):
         raise ConfigError("<top level>", data, "the config must be a YAML mapping of keys")
     env = os.environ if env is None else env
+    _refuse_repeats(data)
     values: dict[str, Any] = {}
     warnings: list[str] = []
     ipam_section: object = {}
@@ -323,6 +422,7 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
             raise ConfigError(key, value, f"unknown key (known keys: IPAMConfig, {known})")
     if not isinstance(ipam_section, dict):
         raise ConfigError("IPAMConfig", ipam_section, "must be a mapping of IPAM keys")
+    _refuse_repeats(ipam_section, "IPAMConfig.")
     try:
         ipam_cfg, ipam_warnings = IPAMConfig.from_mapping(ipam_section)
     except IPAMConfigError as exc:
@@ -332,3 +432,28 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
         # Kubernetes passes the node name through the downward API; fall back to the hostname.
         values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
     return AgentConfig(ipam=ipam_cfg, warnings=tuple(warnings), **values)
+
+
+def preflight(cfg: AgentConfig) -> None:
+    """Checks the config against the machine before the agent touches anything (etcd, links,
+    files), so that a value that cannot work is refused at once, by key, like a malformed one:
+    HTTPAddress must resolve, StateDir and the CNISocket's directory must be (or be creatable
+    as) writable directories."""
+    host, port = cfg.http_host_port
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError("HTTPAddress", cfg.http_address, f"cannot be resolved: {exc}") from None
+    _writable_dir("StateDir", cfg.state_dir, cfg.state_dir)
+    _writable_dir("CNISocket", cfg.cni_socket, os.path.dirname(cfg.cni_socket))
+
+
+def _writable_dir(key: str, value: str, directory: str) -> None:
+    """`directory`, or its nearest existing ancestor, is a directory this process may write."""
+    path = Path(directory)
+    while not path.exists() and not path.is_symlink() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        raise ConfigError(key, value, f"{path} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(key, value, f"{path} is not writable (read-only or not ours)")

@@ -11,7 +11,7 @@ from types import FrameType
 
 from agent import __version__
 from agent.app import Agent, StartupError
-from agent.config import ConfigError, load
+from agent.config import ConfigError, load, preflight
 from agent.errors import CniError
 
 log = logging.getLogger("vswitch-agent")
@@ -30,11 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load(args.config)
-    except ConfigError as exc:
+        preflight(config)
+        agent = Agent(config)
+    except (ConfigError, CniError) as exc:  # CniError: a value only a constructor could judge
         log.error("refusing to start: %s", exc)
         return 2
     stop = threading.Event()
-    agent = Agent(config)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: draining and stopping", signum)

@@ -2,8 +2,9 @@
 
 This is the one place where pyroute2's NetlinkError and the OSErrors of namespace handling become
 `agent.errors`: a netns path the runtime gave that does not exist or is no network namespace is
-`InvalidEnvironment` naming CNI_NETNS; a refused netlink request is the error class the caller
-names (`DataplaneFailure` on the host side, `PodSideFailure` inside the pod), cause chained.
+`InvalidEnvironment` naming CNI_NETNS (so is the node's own namespace); a refused netlink
+request is the error class the caller names (`DataplaneFailure` on the host side,
+`PodSideFailure` inside the pod), cause chained.
 
 Namespaces: any path the runtime gives is accepted as is (containerd's /var/run/netns/cni-...,
 CRI-O's, /proc/PID/ns/net); nothing is parsed out of it. A netlink socket for a pod namespace is
@@ -26,6 +27,7 @@ import fcntl
 import hashlib
 import os
 import socket
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -71,18 +73,87 @@ def translated(what: str, error: type[CniError] = DataplaneFailure) -> Iterator[
 
 @contextmanager
 def netns_fd(netns_path: str) -> Iterator[int]:
-    """An open fd of the namespace file at `netns_path`, closed at the end of the block."""
+    """An open fd of the network namespace at `netns_path`, closed at the end of the block.
+
+    Raises InvalidEnvironment naming CNI_NETNS when the path is missing, is anything but a network
+    namespace (a FIFO, a device, a directory, an ordinary file, another namespace type), or is the
+    node's own namespace (a pod's address and default route would land in the node's tables).
+    """
+    fd = open_netns(netns_path)
     try:
-        fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def check_pod_netns(netns_path: str) -> None:
+    """Raises InvalidEnvironment unless `netns_path` is a network namespace of a pod."""
+    os.close(open_netns(netns_path))
+
+
+def open_netns(netns_path: str) -> int:
+    """A read-only fd of the namespace file; nothing is opened before it is known to be one.
+
+    The path is first opened with O_PATH, which never blocks and opens nothing (a FIFO would
+    block a plain open for ever; a device's open has effects). Only an nsfs file is then reopened
+    for real, through /proc/self/fd, so the path cannot be swapped in between.
+    """
+    try:
+        pfd = os.open(netns_path, os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise InvalidEnvironment(f"CNI_NETNS {netns_path} does not exist") from exc
     except OSError as exc:
         raise InvalidEnvironment(f"CNI_NETNS {netns_path} cannot be opened", describe(exc)) from exc
     try:
-        _check_netns(fd, netns_path)
-        yield fd
+        info = os.fstat(pfd)
+        if not stat.S_ISREG(info.st_mode) or info.st_dev != _nsfs_device():
+            raise InvalidEnvironment(
+                f"CNI_NETNS {netns_path} is not a network namespace", _file_kind(info.st_mode)
+            )
+        with translated(f"opening CNI_NETNS {netns_path}", InvalidEnvironment):
+            fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     finally:
+        os.close(pfd)
+    try:
+        _check_netns(fd, netns_path)
+        if (info.st_dev, info.st_ino) in _node_namespaces():
+            raise InvalidEnvironment(
+                f"CNI_NETNS {netns_path} is the node's own network namespace, not a pod's"
+            )
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+def _nsfs_device() -> int:
+    """The st_dev shared by every namespace file (they all live on the one nsfs)."""
+    return os.stat("/proc/thread-self/ns/net").st_dev
+
+
+def _node_namespaces() -> set[tuple[int, int]]:
+    """(st_dev, st_ino) of the namespaces a pod must never be: the calling thread's (the node's,
+    see the module docstring), the agent process's, and init's when it can be read."""
+    found = set()
+    for path in ("/proc/thread-self/ns/net", "/proc/self/ns/net", "/proc/1/ns/net"):
+        try:
+            info = os.stat(path)
+        except OSError:  # /proc/1 may be hidden from us (another PID namespace, hidepid)
+            continue
+        found.add((info.st_dev, info.st_ino))
+    return found
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISREG, "an ordinary file"),
+    ]
+    return next((f"it is {name}" for test, name in kinds if test(mode)), "it is no regular file")
 
 
 def _check_netns(fd: int, netns_path: str) -> None:

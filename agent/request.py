@@ -61,6 +61,8 @@ def decode_config(raw: str) -> dict[str, Any]:
         config = json.loads(raw) if raw else {}
     except json.JSONDecodeError as exc:
         raise DecodeFailure("network config is not valid JSON", str(exc)) from exc
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise DecodeFailure("network config is not valid JSON", "nested too deeply") from None
     if not isinstance(config, dict):
         raise DecodeFailure("network config must be a JSON object")
     return config
@@ -76,6 +78,21 @@ def cni_version(config: dict[str, Any], fallback: str) -> str:
             f"supported: {', '.join(SUPPORTED_VERSIONS)}",
         )
     return version
+
+
+def validate_prev_result(config: dict[str, Any]) -> None:
+    """CHECK compares prevResult's addresses with the record: each must be a CIDR string."""
+    prev = config.get("prevResult")
+    if prev is None:
+        return
+    if not isinstance(prev, dict):
+        raise InvalidConfig("field prevResult must be an object")
+    ips = prev.get("ips", [])
+    if not isinstance(ips, list):
+        raise InvalidConfig("field prevResult.ips must be a list")
+    for i, ip in enumerate(ips):
+        if not isinstance(ip, dict) or not isinstance(ip.get("address"), str):
+            raise InvalidConfig(f"field prevResult.ips[{i}].address must be a string (a CIDR)")
 
 
 def parse_cni_args(raw: str) -> dict[str, str]:
@@ -137,6 +154,8 @@ def parse(
     validate_container_id(container_id)
     validate_ifname(ifname)
     validate_netns(netns, required=verb in ("ADD", "CHECK"))
+    if verb == "CHECK":
+        validate_prev_result(config)
     args = parse_cni_args(cni_args)
     uid = pod_uid or args.get("K8S_POD_UID", "")
     return CniRequest(verb, cversion, container_id, ifname, netns, config, args, uid)

@@ -33,6 +33,9 @@ from ipam import IPAMConfig, NodeNetworks
 log = logging.getLogger(__name__)
 
 JSON_TYPE = "application/json"
+# The largest integer every JSON client represents exactly (IEEE double, JavaScript's
+# Number.MAX_SAFE_INTEGER); an IPv6 pool's capacity (2^64 - 4) is capped to it.
+MAX_SAFE_INTEGER = 2**53 - 1
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -108,9 +111,17 @@ def _allocations(src: RestSource, query: dict[str, str]) -> Reply:
 
 
 def _pools(src: RestSource, _query: dict[str, str]) -> Reply:
-    pools = [dict(p, family=6 if ":" in str(p.get("subnet", "")) else 4)
+    pools = [_capped(dict(p, family=6 if ":" in str(p.get("subnet", "")) else 4))
              for p in src.pool_usage()]
     return _json({"pools": pools})
+
+
+def _capped(pool: dict[str, object]) -> dict[str, object]:
+    for key in ("capacity", "inUse", "free"):
+        value = pool.get(key)
+        if isinstance(value, int) and value > MAX_SAFE_INTEGER:
+            pool[key] = MAX_SAFE_INTEGER
+    return pool
 
 
 def _pods(src: RestSource, query: dict[str, str]) -> Reply:
@@ -194,6 +205,9 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # seconds; an idle keep-alive client does not hold a thread forever
     server_version = "vswitch-agent"
+    # Headers and body go out in two writes: with Nagle's algorithm the body waits for the
+    # client's delayed ACK of the headers (~40 ms per request on a keep-alive connection).
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         self._send(*answer(self.source, self.path))
@@ -204,6 +218,22 @@ class _Handler(BaseHTTPRequestHandler):
         if name.startswith("do_"):
             return self._not_allowed
         raise AttributeError(name)
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line 400, URI too long 414, header
+        fields too large 431) in the documented JSON shape instead of its HTML page."""
+        try:
+            status = HTTPStatus(code)
+        except ValueError:
+            status = HTTPStatus.BAD_REQUEST
+        text = message or status.phrase
+        self.close_connection = True
+        # A garbage request line leaves the version at HTTP/0.9, whose replies have no status
+        # line or headers; every client here speaks HTTP/1.x.
+        self.request_version = self.protocol_version
+        _, ctype, body = _json({"error": f"{text}: {explain}" if explain else text}, status)
+        self._send(status, ctype, body, {"Connection": "close"})
 
     def _not_allowed(self) -> None:
         status, ctype, body = _json({"error": f"method {self.command} not allowed; use GET"},

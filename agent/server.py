@@ -11,6 +11,7 @@ takes the server down.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ import grpc
 from agent import __version__
 from agent.errors import CniError, InternalError, InvalidConfig
 from agent.model import PodKey, PodRecord
+from agent.netlink import check_pod_netns
 from agent.pods import PodManager
 from agent.request import SUPPORTED_VERSIONS, CniRequest, cni_version, decode_config, parse
 from protos import cni_pb2, cni_pb2_grpc
@@ -37,6 +39,7 @@ _GRPC_STATUS = {
     11: grpc.StatusCode.UNAVAILABLE,
     50: grpc.StatusCode.UNAVAILABLE,
     51: grpc.StatusCode.UNAVAILABLE,
+    100: grpc.StatusCode.RESOURCE_EXHAUSTED,  # the pod subnet is full: not a server bug
 }
 
 Handler = Callable[[cni_pb2.CNIRequest], cni_pb2.CNIReply]
@@ -45,9 +48,21 @@ Handler = Callable[[cni_pb2.CNIRequest], cni_pb2.CNIReply]
 class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ignore]
     """RemoteCNI: Contiv's Add/Delete plus Check, GC, Status and Version."""
 
-    def __init__(self, pods: PodManager, status: Callable[[], None]) -> None:
+    def __init__(self, pods: PodManager, status: Callable[[], None], workers: int = 0) -> None:
         self.pods = pods
         self.status = status
+        self.workers = workers  # the server's thread count; 0: unknown
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+
+    def saturated(self) -> bool:
+        """True while every worker is inside a request: a new one would only queue."""
+        with self._busy_lock:
+            return 0 < self.workers <= self._busy
+
+    def busy(self) -> int:
+        with self._busy_lock:
+            return self._busy
 
     # Each RPC runs through _serve, which owns the error mapping and the metrics.
     def Add(self, request: cni_pb2.CNIRequest, context: grpc.ServicerContext) -> cni_pb2.CNIReply:
@@ -84,6 +99,8 @@ class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ig
         handler: Handler,
     ) -> cni_pb2.CNIReply:
         start = time.perf_counter()
+        with self._busy_lock:
+            self._busy += 1
         try:
             reply = handler(request)
             code = 0
@@ -105,6 +122,9 @@ class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ig
             err = InternalError(f"{verb} failed: {type(exc).__name__}: {exc}")
             code = err.code
             reply = _fail(context, err)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
         self.pods.metrics.request(verb, code, time.perf_counter() - start)
         return reply
 
@@ -122,6 +142,8 @@ class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ig
 
     def _add(self, request: cni_pb2.CNIRequest) -> cni_pb2.CNIReply:
         req = self._request("ADD", request)
+        # Before any lock or address is taken: a FIFO here once held both for ever.
+        check_pod_netns(req.netns)
         return result_reply(self.pods.add(req), req.cni_version)
 
     def _delete(self, request: cni_pb2.CNIRequest) -> cni_pb2.CNIReply:

@@ -30,6 +30,8 @@ SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 LATEST_VERSION = "1.1.0"
 VERBS = ("ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION")
 MAX_STDIN = 1 << 20
+MAX_TIMEOUT = 3600.0  # seconds; also keeps socket timeouts within what the platform represents
+MAX_SOCKET_PATH = 107  # bytes: sun_path holds 108, NUL included
 DEFAULT_SOCKET = "/run/vswitch-cni/cni.sock"
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_STATE_DIR = "/var/lib/vswitch-cni"
@@ -138,6 +140,9 @@ def decode_stdin(raw: bytes) -> tuple[str, object]:
     except (UnicodeDecodeError, ValueError) as exc:
         raise PluginError(DECODE_FAILURE, "cannot decode the network config on stdin as JSON",
                           str(exc)) from exc
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise PluginError(DECODE_FAILURE, "cannot decode the network config on stdin as JSON",
+                          "nested too deeply") from None
 
 
 def _check_version(config: dict[str, object], command: str) -> None:
@@ -189,13 +194,17 @@ def _check_own_keys(config: dict[str, object]) -> None:
     socket = config.get("agentSocket", DEFAULT_SOCKET)
     if not isinstance(socket, str) or not socket or "\0" in socket:
         raise _field_error("agentSocket", "must be a non-empty path string")
+    if len(socket.encode("utf-8", "surrogateescape")) > MAX_SOCKET_PATH:
+        raise _field_error("agentSocket", f"is longer than {MAX_SOCKET_PATH} bytes (the unix "
+                           "socket path limit)")
     state_dir = config.get("stateDir", DEFAULT_STATE_DIR)
     if not isinstance(state_dir, str) or not os.path.isabs(state_dir) or "\0" in state_dir:
         raise _field_error("stateDir", "must be an absolute path string")
     timeout = config.get("timeoutSeconds", DEFAULT_TIMEOUT)
     if (not isinstance(timeout, int | float) or isinstance(timeout, bool)
-            or not math.isfinite(timeout) or timeout <= 0):
-        raise _field_error("timeoutSeconds", f"must be a positive number, got {timeout!r}")
+            or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT):
+        raise _field_error("timeoutSeconds", f"must be a number of seconds above 0 and at most "
+                           f"{MAX_TIMEOUT:g}, got {timeout!r}")
     log_file = config.get("logFile")
     if log_file is not None and (not isinstance(log_file, str) or not log_file):
         raise _field_error("logFile", "must be a non-empty path string")

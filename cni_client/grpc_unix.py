@@ -7,7 +7,8 @@ both directions (WINDOW_UPDATE), PING acks, RST_STREAM, GOAWAY, trailers and tra
 responses. The whole call runs under one deadline, enforced through socket timeouts.
 
 Every outcome is a `CallResult`: transport failures (no socket, refused, deadline, the peer
-closing) become UNAVAILABLE or DEADLINE_EXCEEDED with `transport_error` set, so the caller
+closing) become UNAVAILABLE or DEADLINE_EXCEEDED (PERMISSION_DENIED when the socket refuses us)
+with `transport_error` set, so the caller
 translates results to CNI errors in one place (cni_client/plugin.py).
 """
 
@@ -131,6 +132,10 @@ def _connect(path: str, deadline: float) -> socket.socket:
     except ConnectionRefusedError:
         sock.close()
         raise _CallFailed(UNAVAILABLE, f"nobody is listening on agent socket {path}") from None
+    except PermissionError as exc:  # not transient: the caller must say retrying cannot help
+        sock.close()
+        raise _CallFailed(PERMISSION_DENIED, f"permission denied on agent socket {path}: "
+                          f"{exc.strerror}") from None
     except TimeoutError:
         sock.close()
         raise _CallFailed(DEADLINE_EXCEEDED, f"deadline exceeded connecting to {path}") from None

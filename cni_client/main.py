@@ -38,7 +38,7 @@ def version_info(raw: bytes) -> dict[str, object]:
     try:
         parsed = json.loads(raw) if raw.strip() else None
         version = parsed.get("cniVersion") if isinstance(parsed, dict) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         pass  # libcni's skel ignores VERSION's stdin; so do we, if it is not usable
     return {
         "cniVersion": version if isinstance(version, str) and version else config.LATEST_VERSION,
@@ -50,7 +50,7 @@ def error_version(raw: bytes) -> str:
     """The cniVersion to put in an error object: the config's, if it is one we speak."""
     try:
         parsed = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return config.LATEST_VERSION
     version = parsed.get("cniVersion") if isinstance(parsed, dict) else None
     return version if version in config.SUPPORTED_VERSIONS else config.LATEST_VERSION

@@ -4,6 +4,7 @@ This is the one place where gRPC outcomes become CNI errors:
 - a reply message with `result` != 0 is the agent's CNI error, passed through as is (the agent
   sends it together with a non-OK gRPC status, which is what an old Contiv client looks at);
 - a bare status: UNAVAILABLE/DEADLINE_EXCEEDED -> 11 (try again later), others -> 999;
+- permission denied on the socket -> 5 (I/O), with a message saying that retrying cannot help;
 - an unreachable agent -> 11 for ADD/CHECK/GC, 50 (not ready) for STATUS; a DEL is journaled on
   the node's disk (cni_client/journal) and succeeds, so a pod never sticks in Terminating: the
   agent tears the attachment down and releases its addresses when it settles the journal. Only
@@ -16,7 +17,7 @@ import json
 import time
 
 from cni_client import __version__, grpc_unix, protowire
-from cni_client.errors import INTERNAL, NOT_READY, TRY_AGAIN_LATER, PluginError
+from cni_client.errors import INTERNAL, IO_FAILURE, NOT_READY, TRY_AGAIN_LATER, PluginError
 from cni_client.journal import journal_delete
 from cni_client.result import render
 
@@ -103,6 +104,10 @@ def _decode_reply(call: grpc_unix.CallResult) -> CNIReply | None:
 
 def status_error(command: str, call: grpc_unix.CallResult) -> PluginError:
     """The CNI error for a call that ended with a non-OK status and no CNI error of its own."""
+    if call.status == grpc_unix.PERMISSION_DENIED and call.transport_error:
+        # The socket is root's (mode 0600): a retry by the same caller fails the same way.
+        return PluginError(IO_FAILURE, "cannot use the vswitch agent socket: permission denied; "
+                           "retrying cannot help (the plugin must run as root)", call.message)
     if call.status in _TRANSIENT or call.transport_error:
         if command == "STATUS":
             return PluginError(NOT_READY, "vswitch agent is not reachable", call.message)

@@ -36,8 +36,22 @@ IFNAMSIZ = 15
 DIGEST_LEN = 11
 
 
+ALIAS_MAX = 254  # IFLA_IFALIAS: at most IFALIASZ - 1 = 255 bytes, and pyroute2 sends the NUL
+
+
 def owner_tag(pod: PodNetwork) -> str:
-    return f"{OWNER_PREFIX}{pod.key.container_id}:{pod.key.ifname}"
+    return key_tag(pod.key)
+
+
+def key_tag(key: PodKey) -> str:
+    """`vswitch-cni:<container_id>:<ifname>`; a tag over the alias limit (the spec allows IDs of
+    any length) keeps the ID's head and a hash of the whole key, as the VPP tags do."""
+    tag = f"{OWNER_PREFIX}{key.container_id}:{key.ifname}"
+    if len(tag.encode()) <= ALIAS_MAX:
+        return tag
+    suffix = f"~{key.digest(16)}:{key.ifname}"
+    room = ALIAS_MAX - len(OWNER_PREFIX) - len(suffix.encode())
+    return f"{OWNER_PREFIX}{key.container_id[:room]}{suffix}"
 
 
 class KernelDataplane:
@@ -162,7 +176,7 @@ class KernelDataplane:
         return 0  # the kernel never forgets routes and links behind the agent's back
 
     def tag(self, key: PodKey) -> str:
-        return f"{OWNER_PREFIX}{key.container_id}:{key.ifname}"
+        return key_tag(key)
 
     def remove_orphan(self, name: str) -> None:
         # Host routes go with the link.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig, ConfigError, load, parse
+from agent.config import AgentConfig, ConfigError, load, parse, preflight
 
 
 def test_empty_config_gives_contiv_defaults() -> None:
@@ -67,6 +67,18 @@ def test_our_keys() -> None:
         ("EtcdTimeout", 0, "seconds"),
         ("GatewayInterface", "a-very-long-interface-name", "15 bytes"),
         ("Workers", 0, "between 1 and 256"),
+        # issue 15, defects 9 and 11
+        ("TAPv2RxRingSize", 0, "between 1 and 32768"),
+        ("TAPv2TxRingSize", 0, "between 1 and 32768"),
+        ("EtcdEndpoints", "https://10.0.0.1:2379", "only http://"),
+        ("EtcdEndpoints", "http://10.0.0.1:port", "number from 1 to 65535"),
+        ("EtcdEndpoints", "http://:2379", "http://HOST:PORT"),
+        ("CNISocket", "/" + "s" * 107, "at most 107 bytes"),
+        ("GatewayInterface", "vs gw", "no '/', ':' or space"),
+        ("GatewayInterface", "lo", "loopback"),
+        ("VPPHostInterface", "lo", "loopback"),
+        ("NodeIP", "1.2.3", "IP address"),
+        ("NodeIP", "node-1", "IP address"),
     ],
 )
 def test_bad_values_name_key_value_and_reason(key: str, value: object, reason: str) -> None:
@@ -130,3 +142,94 @@ def test_load_reads_yaml_and_reports_unreadable_files(tmp_path: Path) -> None:
     path.write_text("NodeName: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load(path)
+
+
+# --- issue 15: hostile config files (defects 8, 9, 11) -------------------------------------------
+def test_node_ip_accepts_addresses_with_or_without_prefix() -> None:
+    assert parse({"NodeIP": "192.168.16.3"}, env={}).node_ip == "192.168.16.3"
+    assert parse({"NodeIP": "fd00::3/64"}, env={}).node_ip == "fd00::3/64"
+
+
+def bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_is_refused_and_never_rendered(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(bomb(6))  # 9^6 strings once expanded into an error message
+    with pytest.raises(ConfigError) as info:
+        load(path, env={})
+    assert "anchors and aliases" in str(info.value)
+    assert len(str(info.value)) < 500
+
+
+def test_error_messages_never_render_a_whole_value() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse({"Unknown": [list(range(1000))] * 1000}, env={})
+    assert "a list of 1000 items" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        parse({"NodeName": "x" * 100_000, "MTUSize": "y" * 100_000}, env={})
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize("text,key", [
+    ("MTUSize: 1400\nmtusize: 1500\n", "mtusize"),
+    ("MTUSize: 1400\nMTUSize: 1500\n", "MTUSize"),
+    ("IPAMConfig:\n  PodSubnetCIDR: 10.1.0.0/16\n  podSubnetCIDR: 10.2.0.0/16\n",
+     "podSubnetCIDR"),
+])
+def test_keys_given_twice_are_refused(tmp_path: Path, text: str, key: str) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="given twice") as info:
+        load(path, env={})
+    assert info.value.key == key
+
+
+def test_keys_given_twice_in_a_decoded_document() -> None:
+    with pytest.raises(ConfigError, match="given twice"):
+        parse({"MTUSize": 1400, "mtusize": 1500}, env={})
+    with pytest.raises(ConfigError, match="given twice") as info:
+        parse({"IPAMConfig": {"PodSubnetCIDR": "10.1.0.0/16", "podsubnetcidr": "10.2.0.0/16"}},
+              env={})
+    assert info.value.key == "IPAMConfig.podsubnetcidr"
+
+
+def test_config_not_utf8_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("NodeName: n\xe4me\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8") as info:
+        load(path, env={})
+    assert info.value.key == "--config"
+
+
+def test_deeply_nested_yaml_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text("NodeName: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load(path, env={})
+
+
+@pytest.mark.parametrize("key,value,reason", [
+    ("HTTPAddress", "no-such-host.invalid:9999", "cannot be resolved"),
+    ("StateDir", "{file}/state", "is not a directory"),
+    ("CNISocket", "{file}/run/cni.sock", "is not a directory"),
+])
+def test_preflight_refuses_what_cannot_work_on_this_machine(
+        tmp_path: Path, key: str, value: str, reason: str) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cfg = parse({key: value.format(file=blocker)}, env={})
+    with pytest.raises(ConfigError, match=reason) as info:
+        preflight(cfg)
+    assert info.value.key == key
+
+
+def test_preflight_accepts_creatable_directories(tmp_path: Path) -> None:
+    cfg = parse({"StateDir": str(tmp_path / "a" / "b"), "HTTPAddress": "localhost:9999",
+                 "CNISocket": str(tmp_path / "run" / "cni.sock")}, env={})
+    preflight(cfg)
+    assert not (tmp_path / "a").exists()  # checked, not created

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.errors import CniError
 from agent.request import parse
+from agent.server import valid_attachments
 
 GOOD = {
     "version": "1.0.0",
@@ -76,3 +79,40 @@ def test_oversized_config_is_a_decode_error() -> None:
     with pytest.raises(CniError) as info:
         parse("ADD", **fields(config_json=huge))
     assert info.value.code == 6
+
+
+# --- property: any request decodes to a CniRequest or a CniError with a spec code (issue 15) ---
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=12,
+)
+_configs = st.one_of(
+    st.text(max_size=50),
+    _json_values.map(json.dumps),
+    st.fixed_dictionaries({"cniVersion": st.sampled_from(["0.4.0", "1.1.0"]) | _json_values},
+                          optional={"prevResult": _json_values, "runtimeConfig": _json_values,
+                                    "cni.dev/valid-attachments": _json_values}).map(json.dumps),
+    st.integers(1, 100_000).map(lambda n: "[" * n + "]" * n),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(verb=st.sampled_from(["ADD", "DEL", "CHECK"]), config_json=_configs,
+       container_id=st.text(max_size=20) | st.just("a" * 300), ifname=st.text(max_size=20),
+       netns=st.text(max_size=20), cni_args=st.text(max_size=20))
+def test_any_request_is_a_request_or_a_cni_error(verb: str, config_json: str, container_id: str,
+                                                 ifname: str, netns: str, cni_args: str) -> None:
+    try:
+        req = parse(verb, version="", container_id=container_id, netns=netns, ifname=ifname,
+                    config_json=config_json, cni_args=cni_args)
+    except CniError as exc:
+        assert exc.code in (1, 2, 4, 6, 7), exc
+        return
+    assert req.key.container_id == container_id and isinstance(req.config, dict)
+    if "cni.dev/valid-attachments" in req.config:  # what GC reads from the same config
+        try:
+            valid_attachments(req.config)
+        except CniError as exc:
+            assert exc.code == 7

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ from tests.cni_client.scripted_agent import ScriptedAgent, cni_error, status_onl
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 CNI_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_UID=uid-42"
+
+
+CHECKOUT = str(Path(__file__).resolve().parents[2])  # the plugin runs this checkout's code
 
 
 def plugin_path() -> str:
@@ -56,7 +60,8 @@ def run(command: str, conf: dict[str, Any] | str | bytes | None, drop: tuple[str
         extra_env: dict[str, str] | None = None) -> Run:
     env = {"PATH": os.environ.get("PATH", ""), "CNI_COMMAND": command,
            "CNI_CONTAINERID": "0123abcd", "CNI_NETNS": "/var/run/netns/pod", "CNI_IFNAME": "eth0",
-           "CNI_ARGS": CNI_ARGS, "CNI_PATH": "/opt/cni/bin", "TRACEPARENT": "00-abc-def-01"}
+           "CNI_ARGS": CNI_ARGS, "CNI_PATH": "/opt/cni/bin", "TRACEPARENT": "00-abc-def-01",
+           "PYTHONPATH": CHECKOUT}
     env.update(extra_env or {})
     for name in drop:
         env.pop(name, None)
@@ -313,3 +318,42 @@ def test_unsupported_cni_version() -> None:
 def test_oversized_stdin() -> None:
     big = json.dumps({**BASE, "pad": "x" * (1 << 20)})
     assert_error(run("ADD", big), 7, "larger than 1 MiB")
+
+
+# --- hostile input (issue 15) --------------------------------------------------------------------
+def test_deeply_nested_stdin_is_a_decode_error_not_a_traceback() -> None:
+    result = run("ADD", b"[" * 100_000 + b"]" * 100_000)
+    assert_error(result, 6, "nested too deeply")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("timeout", ["1e300", "1e400", "3601"])
+def test_huge_timeout_seconds_is_an_invalid_config(timeout: str) -> None:
+    stdin = json.dumps(BASE)[:-1] + f', "timeoutSeconds": {timeout}}}'
+    result = run("ADD", stdin)
+    assert_error(result, 7, "timeoutSeconds")
+    assert "Traceback" not in result.stderr
+
+
+def test_agent_socket_over_the_unix_path_limit() -> None:
+    assert_error(run("ADD", {**BASE, "agentSocket": "/" + "s" * 107}), 7, "agentSocket")
+
+
+def test_permission_denied_on_the_socket_says_retrying_cannot_help(short_dir: str) -> None:
+    path = os.path.join(short_dir, "root-only.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+    try:
+        os.chmod(path, 0)
+        # as root, only without CAP_DAC_OVERRIDE does the socket's mode refuse us
+        proc = subprocess.run(
+            ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", plugin_path()],
+            input=json.dumps({**BASE, "agentSocket": path}).encode(), capture_output=True,
+            env={"PATH": os.environ.get("PATH", ""), "CNI_COMMAND": "ADD", "CNI_NETNS": "/x",
+                 "CNI_CONTAINERID": "abc", "CNI_IFNAME": "eth0",
+                 "PYTHONPATH": CHECKOUT},
+            timeout=60, check=False)
+    finally:
+        listener.close()
+    assert_error(Run(proc), 5, "permission denied", "retrying cannot help", path)

@@ -215,6 +215,7 @@ def run_plugin(
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "CNI_COMMAND": command,
         "CNI_PATH": "/usr/lib/cni",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # this checkout's plugin
     }
     if container_id:
         env["CNI_CONTAINERID"] = container_id

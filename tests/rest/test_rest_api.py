@@ -144,6 +144,9 @@ def test_pools_pods_reconcile(source: Source, server: RestServer) -> None:
     assert [p["family"] for p in pools] == [4, 6]
     assert pools[0] == {"family": 4, "subnet": "10.1.3.0/24", "capacity": 252, "inUse": 1,
                         "free": 251}
+    # 2^64 - 4 is beyond what JSON clients hold exactly (a double): capped at 2^53 - 1
+    assert pools[1] == {"family": 6, "subnet": "fd00:10:0:3::/64", "capacity": 2**53 - 1,
+                        "inUse": 1, "free": 2**53 - 1}
     source.records = [{"container_id": "c1", "pod_namespace": "default"},
                       {"container_id": "c2", "pod_namespace": "kube-system"}]
     assert len(get_json(server, "/v1/pods")["pods"]) == 2
@@ -210,3 +213,55 @@ def test_documented_paths_match_the_routes() -> None:
         text = f.read()
     for path in ROUTES:
         assert f"GET {path}" in text
+
+
+def raw_exchange(srv: RestServer, data: bytes) -> tuple[int, dict[str, str], bytes]:
+    with socket.create_connection(srv.address, timeout=10) as conn:
+        conn.sendall(data)
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.parametrize(("data", "status"), [
+    (b"\x00\x01 nonsense\r\n\r\n", 400),
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
+    (b"GET /liveness HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(120))
+     + b"\r\n", 431),
+], ids=["bad request line", "URI too long", "too many headers"])
+def test_the_servers_own_refusals_are_json(server: RestServer, data: bytes, status: int) -> None:
+    got, headers, body = raw_exchange(server, data)
+    assert got == status
+    assert headers["content-type"] == "application/json"
+    assert isinstance(json.loads(body)["error"], str)
+    assert get_json(server, "/liveness") == {"live": True}
+
+
+def test_replies_are_not_held_back_by_nagle(server: RestServer) -> None:
+    """The accepted connection has TCP_NODELAY (the headers and the body are two writes)."""
+    conn = http.client.HTTPConnection(*server.address, timeout=10)
+    try:
+        conn.request("GET", "/liveness")
+        conn.getresponse().read()
+        client_end = conn.sock.getsockname()
+        served = []
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                sock = socket.socket(fileno=os.dup(int(name)))
+            except OSError:
+                continue  # not a socket
+            with sock:
+                if sock.family == socket.AF_INET and sock.type == socket.SOCK_STREAM:
+                    try:
+                        peer = sock.getpeername()
+                    except OSError:
+                        continue
+                    if peer == client_end:
+                        served.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        assert served and all(served), served
+    finally:
+        conn.close()

@@ -1,0 +1,77 @@
+"""The agent process refuses a config that cannot work with exit 2 and a message naming the key,
+before it touches anything (issue 15, defect 9: these were tracebacks, some found only after the
+node ID was claimed or the gateway interface made).
+
+Plan: for each bad value (a config that is not UTF-8, an https or portless etcd endpoint, an
+HTTPAddress that does not resolve, a CNISocket over the unix path limit, a StateDir under a
+regular file, a GatewayInterface with a space), on top of a config that otherwise starts: exit 2,
+the key in the log, no traceback, no gateway interface and no socket directory made.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers.agent import AGENT, agent_config, start_agent
+
+CASES: list[tuple[str, Any]] = [
+    ("EtcdEndpoints", ["https://127.0.0.1:2379"]),
+    ("EtcdEndpoints", ["http://127.0.0.1:twentythree"]),
+    ("HTTPAddress", "no-such-host.invalid:9999"),
+    ("CNISocket", "/tmp/" + "s" * 110 + ".sock"),
+    ("StateDir", "{file}/state"),
+    ("GatewayInterface", "vs gw"),
+]
+
+
+def link_exists(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
+
+
+def refused(tmp_path: Path, config: dict[str, Any]) -> str:
+    socket_dir = Path(config["CNISocket"]).parent
+    had_socket_dir = socket_dir.exists()
+    handle = start_agent(tmp_path, config)
+    try:
+        code = handle.process.wait(timeout=60)
+    finally:
+        handle.stop()
+        subprocess.run(["ip", "link", "del", config["GatewayInterface"]], capture_output=True,
+                       check=False)
+    log = handle.log()
+    assert code == 2, log
+    assert "Traceback" not in log, log
+    assert socket_dir.exists() == had_socket_dir
+    return log
+
+
+@pytest.mark.parametrize(("key", "value"), CASES)
+def test_bad_value_is_refused_before_anything_is_touched(
+        tmp_path: Path, etcd_endpoints: list[str], key: str, value: Any) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    config = agent_config(tmp_path, etcd_endpoints, pod_subnet="10.244.0.0/16",
+                          node_name="refused")
+    gateway = config["GatewayInterface"]
+    config[key] = value.format(file=blocker) if isinstance(value, str) else value
+    log = refused(tmp_path, config)
+    assert key in log
+    assert not link_exists(gateway)
+
+
+def test_config_that_is_not_utf8_is_refused(tmp_path: Path, etcd_endpoints: list[str]) -> None:
+    config = agent_config(tmp_path, etcd_endpoints, pod_subnet="10.244.0.0/16",
+                          node_name="refused")
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(yaml.safe_dump(config).encode() + "# Gr\xfc\xdfe\n".encode("latin-1"))
+    out = subprocess.run([*AGENT, "--config", str(path)], capture_output=True, text=True,
+                         timeout=60, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 2, out.stderr
+    assert "not UTF-8" in out.stderr and str(path) in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not link_exists(config["GatewayInterface"])
