@@ -171,7 +171,10 @@ class Handlers:
         return {}
 
     def sw_interface_ip6_enable_disable(self, req: Any) -> Fields:
-        self.s.get(req.sw_if_index).ip6_enabled = bool(req.enable)
+        itf = self.s.get(req.sw_if_index)
+        if req.enable and itf.ip6_enabled:
+            raise VppError(E.VALUE_EXIST)  # VPP refuses enabling twice
+        itf.ip6_enabled = bool(req.enable)
         return {}
 
     def sw_interface_ip6_set_link_local_address(self, req: Any) -> Fields:

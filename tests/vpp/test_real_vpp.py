@@ -62,7 +62,7 @@ def driver(request: pytest.FixtureRequest) -> Iterator[VppDataplane]:
     ))
     try:
         dp.start()
-        subprocess.run(["ip", "addr", "add", f"{NODE6}/128", "dev", dp.cfg.host_ifname],
+        subprocess.run(["ip", "addr", "add", f"{NODE6}/128", "dev", dp.cfg.host_ifname, "nodad"],
                        check=True)
         yield dp
     finally:
@@ -167,9 +167,13 @@ def test_pods_reach_the_outside_through_source_nat(
 
 
 @pytest.fixture
-def service(pods: Pods) -> Iterator[str]:
+def service(pods: Pods, driver: VppDataplane) -> Iterator[str]:
     """What kube-proxy does for a ClusterIP: DNAT on the node (prerouting for pods, output for
-    the node itself) to the backend pod b."""
+    the node itself) to the backend pod b. The node's own connections need a route to the
+    ClusterIP before OUTPUT's DNAT (a real node has its default route): one into the
+    interconnect, so nothing of the test could ever leave the machine."""
+    subprocess.run(["ip", "route", "add", f"{SERVICE}/32", "dev", driver.cfg.host_ifname],
+                   check=True)
     table = f"test-kube-proxy-{unique('')}"
     target = f"{V4[22]}:5006"
     cmds = [f"add table ip {table}"]

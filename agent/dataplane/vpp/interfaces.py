@@ -5,8 +5,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.model import IPInterface
+
+VALUE_EXIST = -81  # VNET_API_ERROR_VALUE_EXIST
 
 ANY = 0xFFFFFFFF  # VPP's ~0
 ADMIN_UP = 1  # IF_STATUS_API_FLAG_ADMIN_UP
@@ -134,7 +136,11 @@ def delete_loopback(api: VppApi, sw_if_index: int) -> None:
 
 def enable_ip6(api: VppApi, sw_if_index: int, link_local: ipaddress.IPv6Address) -> None:
     """IPv6 on with a fixed link-local address (what a next hop over the interface uses)."""
-    api.call("sw_interface_ip6_enable_disable", sw_if_index=sw_if_index, enable=True)
+    try:
+        api.call("sw_interface_ip6_enable_disable", sw_if_index=sw_if_index, enable=True)
+    except VppCallFailed as exc:
+        if exc.retval != VALUE_EXIST:  # enabled before (start() runs again): fine
+            raise
     api.call(
         "sw_interface_ip6_set_link_local_address", sw_if_index=sw_if_index, ip=link_local,
         context=f"link-local {link_local}",

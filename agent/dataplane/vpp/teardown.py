@@ -3,8 +3,13 @@
 
 The inverse of base.ensure_base, found by tags and the config alone: the main VRF's default routes
 via the interconnect, the routes between the main and the pod VRF, the interconnect (both ends),
-the gateway loopback and the pod VRF tables. Pods must be gone first: a pod VRF that still holds
-pod interfaces is left alone (and named), so no live pod is cut off by accident.
+the gateway loopback and the pod VRF's drop and default routes. Pods should be detached first.
+
+The VRF tables themselves stay (empty, named vswitch-cni-*): on a real VPP 26.06 a pod VRF that
+was deleted and created again with the same ID dropped every packet its default route should
+have sent to the main VRF (ip4-lookup in the new table answered drop although `show ip fib`
+listed the route), so the next agent on that VPP could not reach the node. An empty table costs
+nothing and is reused as it is.
 """
 
 from __future__ import annotations
@@ -57,16 +62,12 @@ def _pod_vrf(api: VppApi, cfg: VppConfig) -> list[str]:
     for itf in interfaces.by_tag(api, names.GATEWAY_TAG):
         interfaces.delete_loopback(api, itf.sw_if_index)
         removed.append(f"gateway loopback {itf.name}")
-    pods = [i.name for i in interfaces.dump(api) if i.tag.startswith(names.POD_TAG_PREFIX)]
-    if pods:
-        log.warning("pod VRF %d kept: pod interfaces %s still exist", cfg.pod_vrf_id, pods)
-        return removed
-    existing = ip.tables(api)
-    for ipv6 in sorted({s.version == 6 for s in cfg.pod_subnets}):
-        for table in {cfg.pod_vrf_id, cfg.main_vrf_id} - {0}:
-            if (table, ipv6) in existing:
-                ip.delete_table(api, table, ipv6)
-                removed.append(f"{'IPv6' if ipv6 else 'IPv4'} table {table}")
+    for subnet in cfg.pod_subnets:  # the pod VRF's own routes (pod routes go with the pods)
+        default = _defaults(subnet.version == 6)
+        for prefix in (subnet, default):
+            if prefix in ip.routes(api, cfg.pod_vrf_id, subnet.version == 6) and \
+                    ip.delete_route(api, cfg.pod_vrf_id, prefix):
+                removed.append(f"pod VRF route {prefix}")
     return removed
 
 
