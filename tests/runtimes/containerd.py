@@ -139,7 +139,7 @@ class Containerd:
                 self.process.kill()
                 self.process.wait()
         self._kill_shims()
-        self._unmount_all()
+        unmount_under(self.dir)
 
     def _sandbox_ids(self) -> list[str]:
         try:
@@ -159,8 +159,10 @@ class Containerd:
                 with contextlib.suppress(OSError):
                     os.killpg(int(pid), signal.SIGKILL)
 
-    def _unmount_all(self) -> None:
-        prefix = str(self.dir) + "/"
-        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-        for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+def unmount_under(directory: Path) -> None:
+    """Lazily unmounts whatever a runtime left mounted below `directory`, deepest first."""
+    prefix = str(directory) + "/"
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
