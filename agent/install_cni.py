@@ -69,7 +69,7 @@ def _plugins(args: argparse.Namespace, conflist: Conflist,
 def check(args: argparse.Namespace) -> int:
     """Checks a conflist against what the installed (or installable) plugins support."""
     conflist = read_conflist(args.conflist)
-    plugins = _plugins(args, conflist, Manifest.load(args.bin_dir))
+    plugins = _plugins(args, conflist, Manifest.load(args.bin_dir, args.conf_dir))
     ours = args.bin_dir / "vswitch-cni"
     check_versions(conflist, [ours] * ours.exists()
                    + [run for name, run, _, _ in plugins if run and name != "loopback"])
@@ -81,7 +81,7 @@ def install(args: argparse.Namespace) -> int:
     conflist = read_conflist(args.conflist)
     if not Path(args.python).is_absolute():
         raise SystemExit(f"--python must be an absolute path, not {args.python!r}")
-    manifest = Manifest.load(args.bin_dir)
+    manifest = Manifest.load(args.bin_dir, args.conf_dir)
     plugins = _plugins(args, conflist, manifest)
     # Refuse before writing anything: a chained plugin that cannot take this cniVersion would
     # fail every pod.
@@ -105,7 +105,7 @@ def install(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.uninstall:
-        for path, outcome in Manifest.load(args.bin_dir).uninstall():
+        for path, outcome in Manifest.load(args.bin_dir, args.conf_dir).uninstall():
             print(f"{path}: {outcome}")
         return 0
     if args.conflist is None:

@@ -113,30 +113,46 @@ def install_conflist(conflist: Conflist | Path, conf_dir: Path) -> Path:
 
 
 class Manifest:
-    """The files this installer wrote into a node's dirs, with their hashes."""
+    """The files this installer wrote into a node's dirs, with their hashes. Names are kept
+    relative to the two dirs (`bin/vswitch-cni`, `conf/10-vswitch.conflist`): an init container
+    installs through /host/opt/cni/bin, the operator uninstalls on the node from /opt/cni/bin."""
 
-    def __init__(self, path: Path, files: dict[str, str]) -> None:
-        self.path = path
+    def __init__(self, bin_dir: Path, conf_dir: Path, files: dict[str, str]) -> None:
+        self.dirs = {"bin": bin_dir, "conf": conf_dir}
+        self.path = bin_dir / MANIFEST
         self.files = files
 
     @classmethod
-    def load(cls, bin_dir: Path) -> Manifest:
+    def load(cls, bin_dir: Path, conf_dir: Path) -> Manifest:
         path = bin_dir / MANIFEST
         try:
             files = json.loads(path.read_text())["files"]
+            if not all(isinstance(k, str) and k.split("/")[0] in ("bin", "conf")
+                       and isinstance(v, str) for k, v in files.items()):
+                raise ValueError("entries must be bin/NAME or conf/NAME: sha256")
         except FileNotFoundError:
             files = {}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SystemExit(f"{path}: unreadable manifest ({exc}); remove it by hand") from exc
-        return cls(path, dict(files))
+        return cls(bin_dir, conf_dir, dict(files))
+
+    def _name(self, path: Path) -> str:
+        for kind, directory in self.dirs.items():
+            if path.parent == directory:
+                return f"{kind}/{path.name}"
+        raise ValueError(f"{path} is in neither {self.dirs['bin']} nor {self.dirs['conf']}")
+
+    def _path(self, name: str) -> Path:
+        kind, _, filename = name.partition("/")
+        return self.dirs[kind] / filename
 
     def owns(self, path: Path) -> bool:
         """True when `path` is a file we wrote and nobody changed since."""
-        want = self.files.get(str(path.absolute()))
+        want = self.files.get(self._name(path))
         return want is not None and path.is_file() and _sha256(path) == want
 
     def add(self, path: Path) -> None:
-        self.files[str(path.absolute())] = _sha256(path)
+        self.files[self._name(path)] = _sha256(path)
 
     def save(self) -> None:
         tmp = self.path.with_name(f"{self.path.name}.tmp")
@@ -147,14 +163,14 @@ class Manifest:
         """Removes the listed files that are still as we wrote them, then the manifest."""
         outcomes = []
         for name in sorted(self.files):
-            path = Path(name)
+            path = self._path(name)
             if not path.exists():
-                outcomes.append((name, "already gone"))
+                outcomes.append((str(path), "already gone"))
             elif self.owns(path):
                 path.unlink()
-                outcomes.append((name, "removed"))
+                outcomes.append((str(path), "removed"))
             else:
-                outcomes.append((name, "changed since it was installed: left in place"))
+                outcomes.append((str(path), "changed since it was installed: left in place"))
         self.path.unlink(missing_ok=True)
         return outcomes
 

@@ -200,3 +200,18 @@ def test_the_shipped_conflist_installs_with_debians_plugins(node: dict[str, Path
     assert out.returncode == 0, out.stderr
     assert f"portmap: installed from {DEBIAN_PLUGINS}/portmap" in out.stdout
     assert f"loopback: installed from {DEBIAN_PLUGINS}/loopback" in out.stdout
+
+
+def test_uninstall_on_the_node_of_what_an_init_container_installed(node: dict[str, Path]) -> None:
+    """The init container sees the node's dirs under /host; the operator uninstalls without."""
+    host = node["bin"].parent / "host"
+    host.symlink_to(node["bin"].parent)
+    conflist = write_conflist(node)
+    argv = [sys.executable, "-m", "agent.install_cni", f"--bin-dir={host / 'bin'}",
+            f"--conf-dir={host / 'net.d'}", f"--plugin-source={node['src']}",
+            f"--conflist={conflist}"]
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    assert out.returncode == 0, out.stderr
+    assert str(host) not in (node["bin"] / ".vswitch-cni.installed").read_text()
+    assert install(node, "--uninstall").returncode == 0
+    assert list(node["bin"].iterdir()) == [] and list(node["net.d"].iterdir()) == []
