@@ -182,9 +182,10 @@ def test_check_only_checks(node: dict[str, Path]) -> None:
     assert list(node["bin"].iterdir()) == []
 
 
-def test_the_readme_shows_the_shipped_conflist() -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"10-vswitch\.conflist`.*?```json\n(.*?)```", readme, re.S)
+@pytest.mark.parametrize("doc", ["README.md", "docs/install.md"])
+def test_the_docs_show_the_shipped_conflist(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    block = re.search(r"10-vswitch\.conflist`.*?```json\n(.*?)```", text, re.S)
     assert block is not None
     assert json.loads(block.group(1)) == shipped.shipped()
     assert shipped.shipped()["cniVersion"] == "1.0.0"
