@@ -61,7 +61,8 @@ def _plugins(args: argparse.Namespace, conflist: Conflist,
     """(name, where it will run from, source to copy or None, message) per plugin needed."""
     sources = args.plugin_source or list(DEFAULT_SOURCES)
     found = []
-    for name in [*conflist.chained_types(), "loopback"]:
+    chained = conflist.chained_types()
+    for name in chained + ["loopback"] * ("loopback" not in chained):
         found.append((name, *find_plugin(name, args.bin_dir, sources, manifest)))
     return found
 
