@@ -5,9 +5,11 @@ plugin dir, the pods' network namespaces (`netns_mounts_under_state_dir`), and t
 listens on an ephemeral port of 127.0.0.1, so several instances and the machine's own containerd
 never meet. The CRI plugin's `bin_dir`/`conf_dir` are what agent.install_cni wrote. The `native`
 snapshotter (plain copies) works on any filesystem, also inside a container whose / is an overlay.
-`restrict_oom_score_adj`: containerd otherwise tries to lower the OOM score below the caller's,
-which an unprivileged cgroup refuses. `start()` raises `RuntimeUnavailable` with containerd's own
-words when it cannot run here; `stop()` removes its sandboxes, shims and mounts.
+`restrict_oom_score_adj`: without it containerd gives the pause process an oom_score_adj below
+its own, which needs CAP_SYS_RESOURCE; where that is missing (containers, these machines) runc
+dies creating the sandbox ("can't get final child's PID from pipe: EOF"). `start()` raises
+`RuntimeUnavailable` with containerd's own words when it cannot run here; `stop()` removes its
+sandboxes, shims and mounts.
 """
 
 from __future__ import annotations
@@ -64,6 +66,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "{bin_dir}"
     conf_dir = "{conf_dir}"
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{d}/certs.d"
+"""
+# The sandbox image's registry, pointed at a closed loopback port: a pull (the image not known
+# yet) then fails at once on loopback instead of sending a DNS query and packets off the machine.
+HOSTS_TOML = """\
+server = "http://127.0.0.1:1"
+
+[host."http://127.0.0.1:1"]
+  capabilities = ["pull", "resolve"]
 """
 
 
@@ -76,10 +88,14 @@ class Containerd:
         self.config = directory / "config.toml"
         self.config.write_text(CONFIG.format(d=directory, image=SANDBOX_IMAGE,
                                              bin_dir=bin_dir, conf_dir=conf_dir))
+        registry = directory / "certs.d" / SANDBOX_IMAGE.split("/")[0]
+        registry.mkdir(parents=True)
+        (registry / "hosts.toml").write_text(HOSTS_TOML)
         self.log_path = directory / "containerd.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: grpc.Channel | None = None
         self.cri: api_pb2_grpc.RuntimeServiceStub | None = None
+        self.images: api_pb2_grpc.ImageServiceStub | None = None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
@@ -98,6 +114,7 @@ class Containerd:
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.channel = grpc.insecure_channel(f"unix:{self.socket}")
         self.cri = api_pb2_grpc.RuntimeServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.images = api_pb2_grpc.ImageServiceStub(self.channel)  # type: ignore[no-untyped-call]
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
@@ -111,6 +128,19 @@ class Containerd:
                         f"containerd's CRI service did not answer ({exc.details()}): "
                         f"{self.log()[-1500:]}") from exc
                 time.sleep(0.2)
+
+    def import_image(self, archive: Path, name: str, timeout: float = 30.0) -> None:
+        """`ctr images import`, then waits until the CRI plugin knows the image: it learns of
+        images from containerd's events, so a RunPodSandbox right after the import could still
+        miss it and try to pull."""
+        self.ctr("images", "import", "--no-unpack", str(archive))
+        assert self.images is not None
+        request = api_pb2.ImageStatusRequest(image=api_pb2.ImageSpec(image=name))
+        deadline = time.monotonic() + timeout
+        while not self.images.ImageStatus(request, timeout=10).image.id:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"containerd's CRI plugin does not see {name} after import")
+            time.sleep(0.1)
 
     def sandboxes(self) -> list[str]:
         """The IDs of the pod sandboxes containerd holds (its CRI plugin labels them)."""

@@ -46,8 +46,8 @@ def containerd(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             instance.start()
         except RuntimeUnavailable as exc:
             unavailable(str(exc))
-        instance.ctr("images", "import", "--no-unpack",
-                     str(image.docker_archive(directory / "image.tar", SANDBOX_IMAGE)))
+        instance.import_image(image.docker_archive(directory / "image.tar", SANDBOX_IMAGE),
+                              SANDBOX_IMAGE)
         yield instance
     finally:
         instance.stop()

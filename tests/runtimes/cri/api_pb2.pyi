@@ -194,6 +194,41 @@ class ImageSpec(_message.Message):
     image: str
     def __init__(self, image: _Optional[str] = ...) -> None: ...
 
+class ImageStatusRequest(_message.Message):
+    __slots__ = ("image", "verbose")
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    VERBOSE_FIELD_NUMBER: _ClassVar[int]
+    image: ImageSpec
+    verbose: bool
+    def __init__(self, image: _Optional[_Union[ImageSpec, _Mapping]] = ..., verbose: _Optional[bool] = ...) -> None: ...
+
+class Image(_message.Message):
+    __slots__ = ("id", "repo_tags", "repo_digests", "size")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REPO_TAGS_FIELD_NUMBER: _ClassVar[int]
+    REPO_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    repo_tags: _containers.RepeatedScalarFieldContainer[str]
+    repo_digests: _containers.RepeatedScalarFieldContainer[str]
+    size: int
+    def __init__(self, id: _Optional[str] = ..., repo_tags: _Optional[_Iterable[str]] = ..., repo_digests: _Optional[_Iterable[str]] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ImageStatusResponse(_message.Message):
+    __slots__ = ("image", "info")
+    class InfoEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    image: Image
+    info: _containers.ScalarMap[str, str]
+    def __init__(self, image: _Optional[_Union[Image, _Mapping]] = ..., info: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class ContainerMetadata(_message.Message):
     __slots__ = ("name", "attempt")
     NAME_FIELD_NUMBER: _ClassVar[int]
