@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from agent.install_files import (
+    DEFAULT_CONFLIST_NAME,
     DEFAULT_SOURCES,
     MANIFEST,
     SHEBANG_FLAGS,
@@ -42,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--bin-dir", type=Path, required=True, help="the runtime's CNI bin dir")
     parser.add_argument("--conf-dir", type=Path, required=True,
                         help="the runtime's CNI config dir")
-    parser.add_argument("--conflist", type=Path, help="the network config to install")
+    parser.add_argument("--conflist", type=Path,
+                        help="the network config to install (default: the shipped "
+                             f"{DEFAULT_CONFLIST_NAME}, cniVersion 1.0.0, portmap chained)")
     parser.add_argument("--python", default=sys.executable,
                         help="absolute path of the interpreter that runs the plugin on the node "
                              "(default: the one running this installer, %(default)s)")
@@ -74,7 +77,7 @@ def check(args: argparse.Namespace) -> int:
     ours = args.bin_dir / "vswitch-cni"
     check_versions(conflist, [ours] * ours.exists()
                    + [run for name, run, _, _ in plugins if run and name != "loopback"])
-    print(f"{args.conflist}: every plugin supports cniVersion {conflist.version}")
+    print(f"{conflist.path}: every plugin supports cniVersion {conflist.version}")
     return 0
 
 
@@ -109,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
         for path, outcome in Manifest.load(args.bin_dir, args.conf_dir).uninstall():
             print(f"{path}: {outcome}")
         return 0
-    if args.conflist is None:
-        raise SystemExit("--conflist is required (except with --uninstall)")
     return check(args) if args.check else install(args)
 
 

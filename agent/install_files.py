@@ -83,8 +83,25 @@ class Conflist:
         return [t for i, t in enumerate(types) if t and t not in types[:i]]
 
 
-def read_conflist(source: Path) -> Conflist:
-    """Reads a conflist and checks it is one whose first plugin is ours, with a version we speak."""
+# The conflist installed when none is given: the one k8s/configmap.yaml and the README ship
+# (tests/install keeps the three equal). cniVersion 1.0.0: runtimes on a libcni older than 1.2.0
+# (containerd 1.6, podman 4) refuse 1.1.0 results.
+DEFAULT_CONFLIST_NAME = "10-vswitch.conflist"
+DEFAULT_CONFLIST: dict[str, Any] = {
+    "cniVersion": "1.0.0",
+    "name": "vswitch",
+    "plugins": [
+        {"type": "vswitch-cni", "agentSocket": "/run/vswitch-cni/cni.sock", "timeoutSeconds": 30},
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+    ],
+}
+
+
+def read_conflist(source: Path | None) -> Conflist:
+    """Reads a conflist (None: the default one) and checks it is one whose first plugin is ours,
+    with a version we speak."""
+    if source is None:
+        return Conflist(Path(DEFAULT_CONFLIST_NAME), json.loads(json.dumps(DEFAULT_CONFLIST)))
     try:
         data = json.loads(source.read_text())
     except (OSError, ValueError) as exc:

@@ -216,3 +216,10 @@ def test_uninstall_on_the_node_of_what_an_init_container_installed(node: dict[st
     assert str(host) not in (node["bin"] / ".vswitch-cni.installed").read_text()
     assert install(node, "--uninstall").returncode == 0
     assert list(node["bin"].iterdir()) == [] and list(node["net.d"].iterdir()) == []
+
+
+def test_without_conflist_the_shipped_one_is_installed(node: dict[str, Path]) -> None:
+    out = install(node)
+    assert out.returncode == 0, out.stderr
+    installed = json.loads((node["net.d"] / shipped.NAME).read_text())
+    assert installed == shipped.shipped()
