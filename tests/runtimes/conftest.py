@@ -24,6 +24,13 @@ from tests.helpers.agent import AgentHandle, running_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_SOURCE = Path("/usr/lib/cni")  # Debian's containernetworking-plugins (portmap, loopback)
+LIBCNI_CACHE = Path("/var/lib/cni/results")  # where libcni keeps each ADD's result until DEL
+
+
+def cached_results(container_ids: list[str]) -> list[str]:
+    """libcni's cached ADD results that name one of these containers."""
+    names = [p.name for p in LIBCNI_CACHE.iterdir()] if LIBCNI_CACHE.exists() else []
+    return [name for name in names if any(cid in name for cid in container_ids)]
 
 
 def unavailable(reason: str) -> None:

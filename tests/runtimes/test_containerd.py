@@ -26,7 +26,7 @@ import pytest
 
 from tests.helpers.etcd import free_port
 from tests.runtimes import image
-from tests.runtimes.conftest import Node, require, unavailable
+from tests.runtimes.conftest import Node, cached_results, require, unavailable
 from tests.runtimes.containerd import SANDBOX_IMAGE, Containerd, RuntimeUnavailable
 from tests.runtimes.cri import api_pb2
 from tests.runtimes.cri.api_pb2_grpc import RuntimeServiceStub
@@ -127,6 +127,7 @@ def assert_nothing_left(node: Node, containerd: Containerd, sandbox_ids: list[st
     netns_dir = containerd.dir / "state" / "io.containerd.grpc.v1.cri" / "netns"
     assert not netns_dir.exists() or list(netns_dir.iterdir()) == []
     assert [rule for sid in sandbox_ids for rule in portmap_rules(sid)] == []
+    assert cached_results(sandbox_ids) == []
 
 
 def test_sandbox_lifecycle(node: Node, containerd: Containerd, cgroup_parent: str,
@@ -142,6 +143,7 @@ def test_sandbox_lifecycle(node: Node, containerd: Containerd, cgroup_parent: st
         assert (record["pod_namespace"], record["pod_name"], record["pod_uid"]) == \
             ("rt-test", "web-0", "uid-web-0")
         assert record["netns"].startswith(str(containerd.dir))
+        assert cached_results([sid]) != []  # libcni holds the ADD result until the DEL
         start_httpd(containerd.cri, sid, config)
         assert http_get(ip) == image.PAGE
     finally:
