@@ -16,6 +16,7 @@ temporary name and renamed into place: a runtime exec'ing a plugin never sees ha
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -87,11 +88,19 @@ def install(args: argparse.Namespace) -> int:
         raise SystemExit(f"--python must be an absolute path, not {args.python!r}")
     manifest = Manifest.load(args.bin_dir, args.conf_dir)
     plugins = _plugins(args, conflist, manifest)
-    # Refuse before writing anything: a chained plugin that cannot take this cniVersion would
-    # fail every pod.
+    # Refuse before writing anything: a chained plugin that cannot take this cniVersion, or an
+    # interpreter that cannot run ours, would fail every pod.
     check_versions(conflist, [run for name, run, _, _ in plugins if run and name != "loopback"])
     plugin = args.bin_dir / "vswitch-cni"
-    build_plugin(plugin, interpreter=f"{args.python} {SHEBANG_FLAGS}")
+    candidate = args.bin_dir / ".vswitch-cni.candidate"
+    build_plugin(candidate, interpreter=f"{args.python} {SHEBANG_FLAGS}")
+    try:
+        # The interpreter is a path of the node; in an init container it may be absent here.
+        if Path(args.python).exists():
+            check_versions(conflist, [candidate])
+        os.replace(candidate, plugin)
+    finally:
+        candidate.unlink(missing_ok=True)
     manifest.add(plugin)
     for name, _, source, message in plugins:
         if source is not None:
@@ -99,9 +108,6 @@ def install(args: argparse.Namespace) -> int:
         print(f"{name}: {message}")
     manifest.add(install_conflist(conflist, args.conf_dir))
     manifest.save()
-    # The interpreter is a path of the node; in an init container it may be absent here.
-    if Path(args.python).exists():
-        check_versions(conflist, [plugin])
     print(f"installed {plugin} (run by {args.python}) and {args.conf_dir / conflist.name}")
     return 0
 

@@ -220,9 +220,13 @@ def copy_plugin(source: Path, target: Path, manifest: Manifest) -> None:
 
 def plugin_versions(executable: Path) -> list[str]:
     """The versions a CNI plugin says it supports (CNI_COMMAND=VERSION)."""
-    out = subprocess.run([str(executable)], input=b'{"cniVersion": "0.1.0"}',
-                         env={"CNI_COMMAND": "VERSION", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                         capture_output=True, timeout=30, check=False)
+    try:
+        out = subprocess.run([str(executable)], input=b'{"cniVersion": "0.1.0"}',
+                             env={"CNI_COMMAND": "VERSION",
+                                  "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                             capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:  # e.g. its interpreter does not exist
+        raise SystemExit(f"{executable} cannot run: {exc}") from exc
     try:
         versions = json.loads(out.stdout)["supportedVersions"]
     except (ValueError, KeyError, TypeError) as exc:

@@ -223,3 +223,10 @@ def test_without_conflist_the_shipped_one_is_installed(node: dict[str, Path]) ->
     assert out.returncode == 0, out.stderr
     installed = json.loads((node["net.d"] / shipped.NAME).read_text())
     assert installed == shipped.shipped()
+
+
+def test_an_interpreter_that_cannot_run_the_plugin_is_reported(node: dict[str, Path]) -> None:
+    impostor = node["fakebin"] / "python3"
+    out = install(node, f"--python={impostor}", conflist=write_conflist(node))
+    assert out.returncode != 0 and "did not answer VERSION (exit 97)" in out.stderr, out.stderr
+    assert list(node["bin"].iterdir()) == [] and list(node["net.d"].iterdir()) == []
