@@ -1,7 +1,9 @@
-# The vswitch-cni image: the agent, and the plugin that its init container installs on the host.
+# The vswitch-cni image: the agent, and the plugin that its init container installs on the host
+# (with loopback and portmap from Debian's containernetworking-plugins when the node lacks them).
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-pip iproute2 \
+    containernetworking-plugins \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/vswitch-cni
 COPY pyproject.toml README.md ./

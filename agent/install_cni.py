@@ -1,71 +1,124 @@
-"""Installs the plugin and the network config on a node (the DaemonSet's init container).
+"""Installs the plugin and the network config on a node, and removes them again.
 
-The plugin is stdlib-only Python, so it is installed as one self-contained zipapp
-`<bin-dir>/vswitch-cni` run by the host's `python3`. Both files are written to a temporary name
-and renamed into place, so a runtime exec'ing the plugin while it is replaced never sees half a
-file.
+Used by the DaemonSet's init container and, the same command, on a node without Kubernetes
+(docs/install.md). The plugin is stdlib-only Python, installed as one self-contained zipapp
+`<bin-dir>/vswitch-cni` whose shebang names an interpreter chosen here, by absolute path: a
+runtime's PATH (a pyenv shim, a virtualenv) then never decides which Python runs each CNI call.
+
+Runtimes look for every plugin of a conflist, and for `loopback`, in their one bin dir, so the
+reference plugins the conflist chains (and loopback) are copied there from a source dir when they
+are missing. A file that is already there belongs to someone else and is never overwritten or
+deleted. What this installer wrote is listed in a manifest in the bin dir, so `--uninstall`
+removes exactly that (and leaves a file alone that was changed since). Every file is written to a
+temporary name and renamed into place: a runtime exec'ing a plugin never sees half a file.
 """
 
 from __future__ import annotations
 
 import argparse
-import compileall
-import json
 import os
-import py_compile
-import shutil
 import sys
-import tempfile
-import zipapp
 from pathlib import Path
 
-import cni_client
+from agent.install_files import (
+    DEFAULT_CONFLIST_NAME,
+    DEFAULT_SOURCES,
+    MANIFEST,
+    SHEBANG_FLAGS,
+    Conflist,
+    Manifest,
+    build_plugin,
+    check_versions,
+    copy_plugin,
+    find_plugin,
+    install_conflist,
+    read_conflist,
+)
+
+__all__ = ["build_plugin", "install_conflist", "main"]
 
 
-def build_plugin(target: Path) -> None:
-    """Writes the plugin zipapp to `target` atomically, mode 0755."""
-    source = Path(cni_client.__file__).resolve().parent
-    with tempfile.TemporaryDirectory() as stage:
-        shutil.copytree(source, Path(stage) / "cni_client",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.md"))
-        # Bytecode beside each module (zipimport reads only that layout, never __pycache__):
-        # without it every exec compiles the plugin again, ~17 ms of each CNI call. Unchecked
-        # hashes: zip timestamps cannot invalidate them; a host Python of another version
-        # ignores them (other magic number) and compiles from the .py, as before.
-        compileall.compile_dir(
-            Path(stage) / "cni_client", quiet=1, legacy=True,
-            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-        )
-        tmp = target.with_name(f".{target.name}.tmp")
-        zipapp.create_archive(stage, tmp, interpreter="/usr/bin/env python3",
-                              main="cni_client.main:main")
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, target)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="install-cni", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin-dir", type=Path, required=True, help="the runtime's CNI bin dir")
+    parser.add_argument("--conf-dir", type=Path, required=True,
+                        help="the runtime's CNI config dir")
+    parser.add_argument("--conflist", type=Path,
+                        help="the network config to install (default: the shipped "
+                             f"{DEFAULT_CONFLIST_NAME}, cniVersion 1.0.0, portmap chained)")
+    parser.add_argument("--python", default=sys.executable,
+                        help="absolute path of the interpreter that runs the plugin on the node "
+                             "(default: the one running this installer, %(default)s)")
+    parser.add_argument("--plugin-source", type=Path, action="append", default=None,
+                        help="where to find loopback and chained reference plugins "
+                             f"(repeatable; default: {', '.join(map(str, DEFAULT_SOURCES))})")
+    parser.add_argument("--check", action="store_true",
+                        help="only check the conflist against the plugins' supported versions")
+    parser.add_argument("--uninstall", action="store_true",
+                        help=f"remove exactly what the manifest {MANIFEST} lists")
+    return parser
 
 
-def install_conflist(source: Path, conf_dir: Path) -> Path:
-    """Copies the network config after checking it is a conflist whose first plugin is ours."""
-    data = json.loads(source.read_text())
-    plugins = data.get("plugins") if isinstance(data, dict) else None
-    if not plugins or plugins[0].get("type") != "vswitch-cni":
-        raise SystemExit(f"{source}: not a conflist with vswitch-cni as its first plugin")
-    target = conf_dir / source.name
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, target)
-    return target
+def _plugins(args: argparse.Namespace, conflist: Conflist,
+             manifest: Manifest) -> list[tuple[str, Path | None, Path | None, str]]:
+    """(name, where it will run from, source to copy or None, message) per plugin needed."""
+    sources = args.plugin_source or list(DEFAULT_SOURCES)
+    found = []
+    chained = conflist.chained_types()
+    for name in chained + ["loopback"] * ("loopback" not in chained):
+        found.append((name, *find_plugin(name, args.bin_dir, sources, manifest)))
+    return found
+
+
+def check(args: argparse.Namespace) -> int:
+    """Checks a conflist against what the installed (or installable) plugins support."""
+    conflist = read_conflist(args.conflist)
+    plugins = _plugins(args, conflist, Manifest.load(args.bin_dir, args.conf_dir))
+    ours = args.bin_dir / "vswitch-cni"
+    check_versions(conflist, [ours] * ours.exists()
+                   + [run for name, run, _, _ in plugins if run and name != "loopback"])
+    print(f"{conflist.path}: every plugin supports cniVersion {conflist.version}")
+    return 0
+
+
+def install(args: argparse.Namespace) -> int:
+    conflist = read_conflist(args.conflist)
+    if not Path(args.python).is_absolute():
+        raise SystemExit(f"--python must be an absolute path, not {args.python!r}")
+    manifest = Manifest.load(args.bin_dir, args.conf_dir)
+    plugins = _plugins(args, conflist, manifest)
+    # Refuse before writing anything: a chained plugin that cannot take this cniVersion, or an
+    # interpreter that cannot run ours, would fail every pod.
+    check_versions(conflist, [run for name, run, _, _ in plugins if run and name != "loopback"])
+    plugin = args.bin_dir / "vswitch-cni"
+    candidate = args.bin_dir / ".vswitch-cni.candidate"
+    build_plugin(candidate, interpreter=f"{args.python} {SHEBANG_FLAGS}")
+    try:
+        # The interpreter is a path of the node; in an init container it may be absent here.
+        if Path(args.python).exists():
+            check_versions(conflist, [candidate])
+        os.replace(candidate, plugin)
+    finally:
+        candidate.unlink(missing_ok=True)
+    manifest.add(plugin)
+    for name, _, source, message in plugins:
+        if source is not None:
+            copy_plugin(source, args.bin_dir / name, manifest)
+        print(f"{name}: {message}")
+    manifest.add(install_conflist(conflist, args.conf_dir))
+    manifest.save()
+    print(f"installed {plugin} (run by {args.python}) and {args.conf_dir / conflist.name}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="install-cni", description=__doc__)
-    parser.add_argument("--bin-dir", type=Path, required=True)
-    parser.add_argument("--conf-dir", type=Path, required=True)
-    parser.add_argument("--conflist", type=Path, required=True)
-    args = parser.parse_args(argv)
-    build_plugin(args.bin_dir / "vswitch-cni")
-    conf = install_conflist(args.conflist, args.conf_dir)
-    print(f"installed {args.bin_dir / 'vswitch-cni'} and {conf}")
-    return 0
+    args = _parser().parse_args(argv)
+    if args.uninstall:
+        for path, outcome in Manifest.load(args.bin_dir, args.conf_dir).uninstall():
+            print(f"{path}: {outcome}")
+        return 0
+    return check(args) if args.check else install(args)
 
 
 if __name__ == "__main__":

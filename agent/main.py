@@ -11,8 +11,9 @@ from types import FrameType
 
 from agent import __version__
 from agent.app import Agent, StartupError
-from agent.config import ConfigError, load, preflight
+from agent.config import AgentConfig, ConfigError, load, preflight
 from agent.errors import CniError
+from agent.teardown import teardown
 
 log = logging.getLogger("vswitch-agent")
 
@@ -21,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vswitch-agent", description=__doc__)
     parser.add_argument("--config", required=True, help="the agent's YAML config file")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--teardown", action="store_true",
+                        help="remove the agent's host state (gateway interface, pod links, "
+                             "routes) and exit; refused while an agent runs")
     parser.add_argument("--version", action="version", version=f"vswitch-agent {__version__}")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -30,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load(args.config)
+        if args.teardown:  # removes state: needs no REST port nor a writable socket directory
+            return _teardown(config)
         preflight(config)
         agent = Agent(config)
     except (ConfigError, CniError) as exc:  # CniError: a value only a constructor could judge
@@ -53,6 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     agent.stop()
     log.info("stopped")
+    return 0
+
+
+def _teardown(config: AgentConfig) -> int:
+    try:
+        removed = teardown(config)
+    except (StartupError, CniError) as exc:
+        log.error("teardown refused: %s", exc)
+        return 1
+    for what in removed:
+        print(f"removed {what}")
+    print(f"host state of node {config.node_name!r} removed ({len(removed)} items); its etcd "
+          "records stay until `python -m agent.nodes release` frees the node ID")
     return 0
 
 

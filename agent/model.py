@@ -11,6 +11,16 @@ IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+def pod_label(namespace: str, name: str) -> str:
+    """How logs and views name a pod. Runtimes outside Kubernetes send less than the kubelet
+    (podman: K8S_POD_NAME only), so a missing part is said, never shown as `/name`."""
+    if namespace and name:
+        return f"{namespace}/{name}"
+    if name:
+        return f"{name} (no namespace)"
+    return f"{namespace}/(no pod name)" if namespace else "(no pod name)"
+
+
 @dataclass(frozen=True)
 class PodKey:
     """A CNI attachment is identified by (container ID, interface name), per the CNI spec."""

@@ -17,7 +17,11 @@ from typing import Any
 from agent.errors import DecodeFailure, IncompatibleVersion, InvalidConfig, InvalidEnvironment
 from agent.model import PodKey
 
-SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+# 0.1.0 and 0.2.0 only on the wire, for Contiv's own contiv-cni (v2.0.4 advertises and may send
+# them): the CNIReply has no version-specific shape, the old client renders its result itself.
+# Our plugin (cni_client) starts at 0.3.0: conflists and chaining begin there.
+SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+_CHECK_SINCE = "0.4.0"
 
 # CNI spec: "must start with an alphanumeric character, optionally followed by any combination
 # of one or more alphanumeric characters, underscore, dot or hyphen".
@@ -154,6 +158,10 @@ def parse(
     validate_container_id(container_id)
     validate_ifname(ifname)
     validate_netns(netns, required=verb in ("ADD", "CHECK"))
+    if verb == "CHECK" and SUPPORTED_VERSIONS.index(cversion) < SUPPORTED_VERSIONS.index(
+            _CHECK_SINCE):
+        raise IncompatibleVersion(f"CHECK needs cniVersion {_CHECK_SINCE} or later",
+                                  f"the config says {cversion}")
     if verb == "CHECK":
         validate_prev_result(config)
     args = parse_cni_args(cni_args)

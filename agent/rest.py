@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from agent.errors import TryAgainLater
+from agent.model import pod_label
 from ipam import IPAMConfig, NodeNetworks
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ def _allocations(src: RestSource, query: dict[str, str]) -> Reply:
         if family is not None and (":" in ip) != (family == "6"):
             continue
         out[ip] = {
-            "pod": f"{owner.get('pod_namespace', '')}/{owner.get('pod_name', '')}",
+            "pod": pod_label(owner.get("pod_namespace", ""), owner.get("pod_name", "")),
             "containerId": owner.get("container_id", ""),
             "ifname": owner.get("ifname", ""),
             "since": owner.get("since", 0),
@@ -128,7 +129,9 @@ def _pods(src: RestSource, query: dict[str, str]) -> Reply:
     records = src.pod_records()
     if "namespace" in query:
         records = [r for r in records if r.get("pod_namespace") == query["namespace"]]
-    return _json({"pods": records})
+    labelled = [dict(r, pod=pod_label(r.get("pod_namespace", ""), r.get("pod_name", "")))
+                for r in records]
+    return _json({"pods": labelled})
 
 
 def _reconcile(src: RestSource, _query: dict[str, str]) -> Reply:

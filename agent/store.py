@@ -32,7 +32,7 @@ from agent.errors import (
     TryAgainLater,
     UnknownContainer,
 )
-from agent.model import PodKey, PodRecord
+from agent.model import PodKey, PodRecord, pod_label
 
 T = TypeVar("T")
 
@@ -382,7 +382,7 @@ def _record(raw: bytes, where: str) -> PodRecord:
 
 
 def _owner_text(owner: dict[str, Any]) -> str:
-    pod = f"{owner.get('pod_namespace', '')}/{owner.get('pod_name', '')}"
+    pod = pod_label(owner.get("pod_namespace", ""), owner.get("pod_name", ""))
     return f"{owner.get('container_id')}/{owner.get('ifname')} (pod {pod})"
 
 

@@ -32,15 +32,16 @@ from typing import Any
 import yaml
 from pyroute2 import IPRoute, netns
 
-from agent.install_cni import build_plugin
+from agent.install_files import SHEBANG_FLAGS, build_plugin
 from tests.helpers.agent import AgentHandle, agent_config
 from tests.libcni import REFERENCE_PLUGINS, Libcni, unique
 
 REPO = Path(__file__).resolve().parents[1]
 NETNS_DIR = Path("/run/netns")
-# What containerd and the kubelet run plugins with: no version-manager shims, so the zipapp's
-# `#!/usr/bin/env python3` finds the system interpreter, as on a node.
+# What containerd and the kubelet run plugins with: no version-manager shims.
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+# The interpreter the DaemonSet pins in the plugin's shebang (k8s/vswitch.yaml's --python).
+NODE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
 class Namespaces:
@@ -156,7 +157,7 @@ def plugin_bin_dir(tmp: Path) -> Path:
     """A CNI bin dir holding the plugin as the DaemonSet's install-cni writes it (a zipapp)."""
     bin_dir = tmp / "cni-bin"
     bin_dir.mkdir()
-    build_plugin(bin_dir / "vswitch-cni")
+    build_plugin(bin_dir / "vswitch-cni", interpreter=f"{NODE_PYTHON} {SHEBANG_FLAGS}")
     return bin_dir
 
 

@@ -3,7 +3,7 @@ at once, so that only the plugin's own cost is left.
 
 A grpcio RemoteCNI servicer that answers immediately listens on a unix socket in a temp
 directory. The plugin is run as the DaemonSet installs it (agent.install_cni's zipapp, whose
-`#!/usr/bin/env python3` finds /usr/bin/python3 on a node's PATH), N times with the CNI_* env and
+shebang pins `/usr/bin/python3 -IS`), N times with the CNI_* env and
 the config on stdin. For comparison, on the same interpreter: `-c pass` (the floor: interpreter
 start-up) and the plugin from the source tree (`-m cni_client.main`, no zipimport), and the
 console script of the development install (`pip install -e .`, with its .pth files).
@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 
 import cni_client
-from agent.install_cni import build_plugin
+from agent.install_files import SHEBANG_FLAGS, build_plugin
 from benchmarks.harness import REPO, SYSTEM_PATH
 from benchmarks.stats import Summary
 from protos import cni_pb2, cni_pb2_grpc
@@ -70,7 +70,7 @@ def build_source_only(target: Path) -> None:
     with tempfile.TemporaryDirectory() as stage:
         shutil.copytree(source, Path(stage) / "cni_client",
                         ignore=shutil.ignore_patterns("__pycache__", "*.md"))
-        zipapp.create_archive(stage, target, interpreter="/usr/bin/env python3",
+        zipapp.create_archive(stage, target, interpreter=f"{SYSTEM_PYTHON} {SHEBANG_FLAGS}",
                               main="cni_client.main:main")
     os.chmod(target, 0o755)
 
@@ -99,7 +99,7 @@ def run(count: int) -> dict[str, Summary]:
     directory = Path(tempfile.mkdtemp(prefix=f"vcni-bench-exec-{os.getpid()}-"))
     try:
         plugin = directory / "vswitch-cni"
-        build_plugin(plugin)
+        build_plugin(plugin, interpreter=f"{SYSTEM_PYTHON} {SHEBANG_FLAGS}")
         source_only = directory / "vswitch-cni-source"
         build_source_only(source_only)
         with instant_agent(directory) as socket_path:
@@ -110,7 +110,7 @@ def run(count: int) -> dict[str, Summary]:
                    "CNI_ARGS": "K8S_POD_UID=u1", "CNI_PATH": "/opt/cni/bin"}
             measure([str(plugin)], 3, env, config)  # warm the page cache
             out = {
-                "vswitch-cni ADD, installed zipapp (/usr/bin/python3)":
+                "vswitch-cni ADD, installed zipapp (#!/usr/bin/python3 -IS)":
                     Summary.of(measure([str(plugin)], count, env, config), "ms"),
                 "same zipapp without bytecode (sources only, as installed before)":
                     Summary.of(measure([str(source_only)], count, env, config), "ms"),

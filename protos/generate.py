@@ -1,4 +1,5 @@
-"""Regenerates protos/cni_pb2.py, cni_pb2.pyi and cni_pb2_grpc.py from protos/cni.proto.
+"""Regenerates the Python code of the project's .proto files: protos/cni.proto (the agent's
+contract) and tests/runtimes/cri/api.proto (the CRI subset the runtime tests speak to containerd).
 
 Run `python -m protos.generate` from the repository root; `--check` exits 1 when the committed
 files differ from what the .proto generates (CI runs it so the two never drift).
@@ -13,20 +14,26 @@ from pathlib import Path
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTPUTS = ("cni_pb2.py", "cni_pb2.pyi", "cni_pb2_grpc.py")
+PROTOS = ("protos/cni.proto", "tests/runtimes/cri/api.proto")
+OUTPUTS = tuple(
+    proto.removesuffix(".proto") + suffix
+    for proto in PROTOS
+    for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+)
 
 
 def generate(out_dir: Path) -> None:
-    args = [
-        "protoc",
-        f"-I{ROOT}",
-        f"--python_out={out_dir}",
-        f"--pyi_out={out_dir}",
-        f"--grpc_python_out={out_dir}",
-        str(ROOT / "protos" / "cni.proto"),
-    ]
-    if protoc.main(args) != 0:
-        raise SystemExit("protoc failed")
+    for proto in PROTOS:
+        args = [
+            "protoc",
+            f"-I{ROOT}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            str(ROOT / proto),
+        ]
+        if protoc.main(args) != 0:
+            raise SystemExit(f"protoc failed on {proto}")
 
 
 def main(argv: list[str]) -> int:
@@ -36,13 +43,12 @@ def main(argv: list[str]) -> int:
             stale = [
                 name
                 for name in OUTPUTS
-                if (Path(tmp) / "protos" / name).read_bytes()
-                != (ROOT / "protos" / name).read_bytes()
+                if (Path(tmp) / name).read_bytes() != (ROOT / name).read_bytes()
             ]
         if stale:
             print(f"generated code is stale, run `python -m protos.generate`: {stale}")
             return 1
-        print("generated code matches protos/cni.proto")
+        print(f"generated code matches {', '.join(PROTOS)}")
         return 0
     generate(ROOT)
     return 0

@@ -132,7 +132,12 @@ def apply(plan: NatPlan) -> None:
              "on" if plan.external else "off", plan.service_return_ifname or "off")
 
 
-def remove(table: str = TABLE) -> None:
-    """Deletes the agent's table; nothing else. Absent is fine."""
-    t = {"family": "inet", "name": table}
-    run([{"add": {"table": t}}, {"delete": {"table": t}}])
+def remove(table: str = TABLE) -> bool:
+    """Deletes the agent's table, nothing else; False when there was none."""
+    try:
+        run([{"delete": {"table": {"family": "inet", "name": table}}}])
+    except NftError as exc:
+        if "No such file or directory" in str(exc):
+            return False
+        raise
+    return True

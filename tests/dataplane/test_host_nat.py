@@ -101,8 +101,8 @@ def test_the_table_is_replaced_whole_and_removed_alone(node_ns: str, subnets: Su
     assert ruleset(node_ns) == first  # rebuilt, not appended to
     rules = [o["rule"] for o in first if "rule" in o]
     assert len(rules) == 2 and all(r["table"] == "vswitch-cni" for r in rules)
-    hostnat.remove()
-    hostnat.remove()  # absent is fine
+    assert hostnat.remove()
+    assert not hostnat.remove()  # absent is fine
     tables = {o["table"]["name"] for o in ruleset(node_ns) if "table" in o}
     assert tables == {"someone-else"}
 

@@ -63,10 +63,11 @@ def test_install_cni_installs_a_working_plugin(tmp_path: Path) -> None:
     (tmp_path / "net.d").mkdir()
     build_plugin(tmp_path / "bin" / "vswitch-cni")
     conf = install_conflist(source, tmp_path / "net.d")
+    assert json.loads(conf.read_text())["cniVersion"] == "1.0.0"
     assert json.loads(conf.read_text())["plugins"][0]["type"] == "vswitch-cni"
     out = subprocess.run(
         [str(tmp_path / "bin" / "vswitch-cni")],
-        input=b'{"cniVersion": "1.1.0"}',
+        input=b'{"cniVersion": "1.0.0"}',
         env={"CNI_COMMAND": "VERSION", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         check=False,

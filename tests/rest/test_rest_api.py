@@ -150,7 +150,11 @@ def test_pools_pods_reconcile(source: Source, server: RestServer) -> None:
     source.records = [{"container_id": "c1", "pod_namespace": "default"},
                       {"container_id": "c2", "pod_namespace": "kube-system"}]
     assert len(get_json(server, "/v1/pods")["pods"]) == 2
-    assert get_json(server, "/v1/pods?namespace=kube-system")["pods"] == [source.records[1]]
+    assert get_json(server, "/v1/pods?namespace=kube-system")["pods"] == [
+        {**source.records[1], "pod": "kube-system/(no pod name)"}]
+    # podman sends K8S_POD_NAME only: said so, never shown as "/name"
+    source.records = [{"container_id": "c3", "pod_namespace": "", "pod_name": "web"}]
+    assert get_json(server, "/v1/pods")["pods"][0]["pod"] == "web (no namespace)"
     assert get_json(server, "/v1/reconcile")["damaged"] == []
 
 

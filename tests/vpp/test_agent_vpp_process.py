@@ -18,6 +18,7 @@ import ipaddress
 import json
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -169,3 +170,24 @@ def test_agent_waits_for_a_vpp_that_starts_after_it(
         handle.stop()
         vpp.stop()
         subprocess.run(["ip", "link", "del", f"vsl{suffix}h"], capture_output=True, check=False)
+
+
+def test_teardown_removes_the_vpp_base_and_the_nat_table(
+    agent: AgentHandle, fake: FakeVPP
+) -> None:
+    """A node leaving: after the agent stops, `--teardown` removes its VPP base objects (VPP
+    still runs), the interconnect's Linux end and the agent's NAT table."""
+    host = agent.config["VPPHostInterface"]
+    assert fake.interface_by_tag(names.HOST_TAG) is not None
+    agent.stop()
+    done = subprocess.run([sys.executable, "-m", "agent.main", "--config",
+                           str(agent.config_path), "--teardown"], capture_output=True,
+                          text=True, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert fake.interface_by_tag(names.HOST_TAG) is None
+    assert fake.interface_by_tag(names.GATEWAY_TAG) is None
+    assert (0, "0.0.0.0/0") not in fake.routes(0)
+    assert subprocess.run(["ip", "link", "show", host], capture_output=True).returncode != 0
+    listed = subprocess.run(["nft", "list", "table", "inet", agent.config["NatTable"]],
+                            capture_output=True, text=True, check=False)
+    assert listed.returncode != 0 and "No such file" in listed.stderr
