@@ -143,6 +143,10 @@ class Registry(Store):
         replies = self._call("refresh lease", lambda: list(self._client.refresh_lease(lease_id)))
         return bool(replies) and int(replies[0].TTL) > 0
 
+    def revoke_alive(self, lease_id: int) -> None:
+        """Ends the lease at once (a clean stop): alive/<ID> goes with it."""
+        self._call("revoke lease", lambda: self._client.revoke_lease(lease_id))
+
     def is_alive(self, node_id: int) -> bool:
         raw, _meta = self._get(self._alive_key(node_id))
         return raw is not None
@@ -186,21 +190,27 @@ class Liveness:
         self.ttl = ttl
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registry-alive", daemon=True)
+        self._lease: int | None = None
 
     def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:
-        lease: int | None = None
         while not self._stop.is_set():
             try:
-                if lease is None or not self.registry.refresh_alive(lease):
-                    lease = self.registry.grant_alive(self.node_id, self.ttl)
+                if self._lease is None or not self.registry.refresh_alive(self._lease):
+                    self._lease = self.registry.grant_alive(self.node_id, self.ttl)
             except CniError as exc:
                 log.debug("liveness lease: %s", exc)
-                lease = None
+                self._lease = None
             self._stop.wait(self.ttl / 3)
 
     def stop(self) -> None:
+        """A clean stop ends the lease: the node may be removed right away."""
         self._stop.set()
         self._thread.join(timeout=5)
+        if self._lease is not None:
+            try:
+                self.registry.revoke_alive(self._lease)
+            except CniError as exc:  # it expires by itself within the TTL
+                log.debug("revoking the liveness lease: %s", exc)

@@ -119,10 +119,24 @@ class KernelMesh:
             )
             index = netlink.ifindex(ipr, self.ifname)
             assert index is not None
-        ipr.link("set", index=index, address=local.vxlan_mac,
-                 mtu=up.mtu - self.overhead(local), state="up")
+        self._settle(ipr, index, local.vxlan_mac, up.mtu - self.overhead(local))
         netlink.add_address(ipr, index, ipaddress.ip_interface(f"{local.vxlan_ip}/32"))
         return index
+
+    @staticmethod
+    def _settle(ipr: IPRoute, index: int, mac: str, mtu: int) -> None:
+        """MAC, MTU and up, each set only when it differs: setting a MAC (even the same one)
+        makes the kernel flush every neighbor of the device, our permanent ones included."""
+        link = ipr.link("get", index=index)[0]
+        change: dict[str, object] = {}
+        if str(link.get_attr("IFLA_ADDRESS")).lower() != mac:
+            change["address"] = mac
+        if link.get_attr("IFLA_MTU") != mtu:
+            change["mtu"] = mtu
+        if not link["flags"] & 1:  # IFF_UP
+            change["state"] = "up"
+        if change:
+            ipr.link("set", index=index, **change)
 
     def _device_matches(self, ipr: IPRoute, index: int, local: NodeInfo) -> bool:
         link = ipr.link("get", index=index)[0]

@@ -73,6 +73,7 @@ class Node:
     netns: str
     node_ip: str
     via_env: bool = False  # node IP from NODE_IP instead of NodeIP
+    extra: dict[str, Any] = field(default_factory=dict)  # config keys of this node only
     process: subprocess.Popen[bytes] | None = None
     pods: list[Pod] = field(default_factory=list)
 
@@ -99,6 +100,7 @@ class Node:
             "IPAMConfig": {"PodSubnetCIDR": POD_V4, "PodNetworkPrefixLen": 24,
                            "PodSubnetV6CIDR": POD_V6, "PodNetworkV6PrefixLen": 64},
             **self.cluster.extra_config,
+            **self.extra,
         }
         if not self.via_env:
             config["NodeIP"] = self.node_ip
@@ -147,6 +149,11 @@ class Node:
                 return 0, str(exc)
 
         return in_netns(self.netns, fetch)
+
+    def node_id(self) -> int:
+        status, body = self.get("/contiv/v1/ipam")
+        assert status == 200, body
+        return int(body["nodeId"])
 
     def stop_agent(self, sig: int = signal.SIGTERM) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -223,7 +230,10 @@ class Cluster:
     def __enter__(self) -> Cluster:
         try:
             sh("ip", "netns", "add", self.fabric)
-            sh("ip", "-n", self.fabric, "link", "add", "br0", "type", "bridge")
+            # A fixed MAC: a bridge without one takes its ports' lowest MAC, which changes as
+            # nodes join, and the nodes' ARP entries for etcd's address then point nowhere.
+            sh("ip", "-n", self.fabric, "link", "add", "br0", "address", "02:00:c0:a8:10:fe",
+               "type", "bridge")
             sh("ip", "-n", self.fabric, "addr", "add", f"{FABRIC_IP}/24", "dev", "br0")
             sh("ip", "-n", self.fabric, "link", "set", "br0", "up")
             sh("ip", "-n", self.fabric, "link", "set", "lo", "up")
@@ -276,11 +286,13 @@ class Cluster:
 
     # ---- nodes ------------------------------------------------------------------------------
 
-    def add_node(self, start: bool = True, via_env: bool = False) -> Node:
+    def add_node(
+        self, start: bool = True, via_env: bool = False, **extra: Any
+    ) -> Node:
         index = self._next
         self._next += 1
         node = Node(self, index, f"node-{index}", unique("cnode"), f"192.168.16.{10 + index}",
-                    via_env=via_env)
+                    via_env=via_env, extra=extra)
         self.nodes.append(node)
         peer = f"f{index}{node.netns[-4:]}"
         sh("ip", "netns", "add", node.netns)
@@ -322,6 +334,35 @@ class Cluster:
         sh("ip", "netns", "del", self.fabric, check=False)
 
 
+def mesh_view(node: Node) -> dict[str, str]:
+    """Node name -> mesh state as `node`'s agent reports it (GET /v1/nodes)."""
+    status, body = node.get("/v1/nodes")
+    if status != 200:
+        return {}
+    return {n["name"]: n.get("mesh", {}).get("state", "") for n in body["nodes"]}
+
+
+def converged(nodes: list[Node]) -> bool:
+    """True when every node's agent lists exactly `nodes`, every remote one programmed."""
+    names = {n.name for n in nodes}
+    for node in nodes:
+        view = mesh_view(node)
+        if set(view) != names:
+            return False
+        if any(state != "programmed" for name, state in view.items() if name != node.name):
+            return False
+    return True
+
+
+def mentions(node: Node, other: Node, other_id: int) -> list[str]:
+    """The mesh objects on `node` naming `other` (by node IP, VXLAN address or MAC, IPv6 next
+    hop or pod subnet): what a removal must leave nothing of."""
+    marks = {other.node_ip, f"192.168.30.{other_id}", f"12:2b:00:00:00:{other_id:02x}",
+             f"fe80::2b:0:{other_id:x}", f"10.1.{other_id}.0/24", f"fd00:10:0:{other_id:x}::/64"}
+    return [line for lines in node.mesh_state().values() for line in lines
+            if marks & set(line.split())]
+
+
 def ping(pod: Pod, address: str, size: int | None = None, df: bool = False) -> bool:
     argv = ["ip", "netns", "exec", pod.name, "ping", "-c1", "-W2"]
     if size is not None:
@@ -339,3 +380,54 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
             raise AssertionError(f"{what}: not within {timeout}s")
         time.sleep(0.1)
     return time.monotonic() - started
+
+
+_SERVER = """
+import socket, sys
+family = socket.AF_INET6 if ":" in sys.argv[2] else socket.AF_INET
+kind = socket.SOCK_STREAM if sys.argv[1] == "tcp" else socket.SOCK_DGRAM
+s = socket.socket(family, kind)
+s.settimeout(15)
+s.bind((sys.argv[2], 7777))
+print("listening", flush=True)
+if kind == socket.SOCK_STREAM:
+    s.listen(1)
+    conn, _ = s.accept()
+    conn.sendall(b"pong:" + conn.recv(100))
+    conn.close()
+else:
+    data, peer = s.recvfrom(100)
+    s.sendto(b"pong:" + data, peer)
+"""
+
+_CLIENT = """
+import socket, sys
+family = socket.AF_INET6 if ":" in sys.argv[2] else socket.AF_INET
+kind = socket.SOCK_STREAM if sys.argv[1] == "tcp" else socket.SOCK_DGRAM
+s = socket.socket(family, kind)
+s.settimeout(5)
+s.connect((sys.argv[2], 7777))
+s.send(b"hello")
+print(s.recv(100).decode())
+"""
+
+
+def exchange(proto: str, server: Pod, client: Pod, address: str) -> str:
+    """One TCP or UDP request/reply from `client` to `server` listening on `address`; returns
+    what the client received ('pong:hello' when it worked)."""
+    srv = subprocess.Popen(
+        ["ip", "netns", "exec", server.name, sys.executable, "-c", _SERVER, proto, address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert srv.stdout is not None
+        if srv.stdout.readline().strip() != "listening":
+            return f"server failed: {srv.stderr.read() if srv.stderr else ''}"
+        out = subprocess.run(
+            ["ip", "netns", "exec", client.name, sys.executable, "-c", _CLIENT, proto, address],
+            capture_output=True, text=True, check=False, timeout=30,
+        )
+        return out.stdout.strip() or out.stderr.strip()[-300:]
+    finally:
+        srv.kill()
+        srv.wait()
