@@ -114,7 +114,8 @@ class Agent:
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
         self._start_watch(self.dataplane.generation())
-        self.cluster.start()
+        if self.cluster is not None:
+            self.cluster.start()
         self._service = CniService(self.pods, self.status, cfg.workers)
         self.metrics.gauge("vswitch_cni_busy_workers", lambda: float(self._busy()))
         self._serve_cni(self._service)
@@ -295,7 +296,8 @@ class Agent:
 
     def mesh_nodes(self) -> dict[str, Any]:
         if self.cluster is None:
-            raise NotReady("the node is not registered yet")
+            reason = "it has no node IP" if self._ready.is_set() else "the agent is starting"
+            raise NotReady(f"this node is not in the node registry: {reason}")
         return self.cluster.snapshot()
 
     def last_reconcile(self) -> dict[str, Any]:

@@ -23,6 +23,10 @@ class NodeInfoError(ValueError):
     """A registry entry or node IP that cannot be used; the message says which and why."""
 
 
+class NoNodeIP(NodeInfoError):
+    """Neither NodeIP nor NODE_IP is set and NodeInterconnectDHCP assigns none."""
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """What one node publishes about itself."""
@@ -95,9 +99,7 @@ def choose_node_ip(configured: str, env: Mapping[str, str], networks: NodeNetwor
             except ValueError as exc:
                 raise NodeInfoError(f"{source} {value!r} is not an IP address") from exc
     if networks.node_interconnect_ip is None:
-        raise NodeInfoError(
-            "no node IP: set NodeIP or NODE_IP (NodeInterconnectDHCP assigns none)"
-        )
+        raise NoNodeIP("no node IP: set NodeIP or NODE_IP (NodeInterconnectDHCP assigns none)")
     return str(networks.node_interconnect_ip.ip)
 
 

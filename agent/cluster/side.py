@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.cluster.controller import MeshController
-from agent.cluster.node import NodeInfo, NodeInfoError, choose_node_ip, local_node
+from agent.cluster.node import NodeInfo, NodeInfoError, NoNodeIP, choose_node_ip, local_node
 from agent.cluster.registry import Liveness, Registry
 from agent.config import AgentConfig
 from agent.dataplane.kernel_mesh import KernelMesh
@@ -33,10 +33,14 @@ class ClusterSide:
     @classmethod
     def build(
         cls, cfg: AgentConfig, networks: NodeNetworks, env: Mapping[str, str] | None = None
-    ) -> ClusterSide:
-        """Raises InvalidConfig for a node IP that is no address or a pod MTU that cannot fit."""
+    ) -> ClusterSide | None:
+        """Raises InvalidConfig for a node IP that is no address or a pod MTU that cannot fit;
+        None (the node stays out of the mesh, warned about) when there is no node IP at all."""
         try:
             node_ip = choose_node_ip(cfg.node_ip, os.environ if env is None else env, networks)
+        except NoNodeIP as exc:
+            log.warning("%s: this node is not published to the node registry", exc)
+            return None
         except NodeInfoError as exc:
             raise InvalidConfig(str(exc), "set NodeIP, or NODE_IP in the environment") from exc
         if cfg.dataplane != "kernel":

@@ -77,7 +77,7 @@ class Source:
 
     def mesh_nodes(self) -> dict[str, Any]:
         if self.nodes is None:
-            raise NotReady("the node is not registered yet")
+            raise NotReady("this node is not in the node registry: the agent is starting")
         return self.nodes
 
 
@@ -210,7 +210,7 @@ def test_garbage_request_and_idle_client(server: RestServer) -> None:
 
 def test_nodes_view_and_503_before_registration(source: Source, server: RestServer) -> None:
     status, _, body = request(server, "/v1/nodes")
-    assert status == 503 and b"not registered" in body
+    assert status == 503 and b"not in the node registry" in body
     source.nodes = {"local": {"name": "worker-3"}, "revision": 7, "registryError": "",
                     "nodes": [{"name": "worker-4", "mesh": {"state": "failed", "reason": "x"}}]}
     assert get_json(server, "/v1/nodes") == source.nodes
