@@ -69,6 +69,7 @@ class KernelMesh:
         self.port = port
         self.l2 = l2_interconnect
         self._lock = threading.Lock()  # device creation vs. concurrent program calls
+        self._cache: tuple[Uplink, int | None] | None = None
 
     # ---- node-wide --------------------------------------------------------------------------
 
@@ -155,12 +156,11 @@ class KernelMesh:
 
     def program(self, local: NodeInfo, remote: NodeInfo) -> None:
         """Makes the state for `remote` present (replace semantics: idempotent)."""
-        with self._programming(local) as (ipr, up):
+        with self._programming(local) as (ipr, up, index):
             if self.l2:
                 self._program_l2(ipr, up, remote)
                 return
-            with self._lock:
-                index = self._device(ipr, local, up)
+            assert index is not None
             ipr.fdb("replace", ifindex=index, lladdr=remote.vxlan_mac, dst=remote.node_ip,
                     state=NUD_PERMANENT | NUD_NOARP, flags=NTF_SELF)
             self._neigh(ipr, index, remote.vxlan_ip, remote.vxlan_mac)
@@ -184,12 +184,31 @@ class KernelMesh:
         return link_local(remote.node_id) if v6 else remote.vxlan_ip
 
     @contextmanager
-    def _programming(self, local: NodeInfo) -> Iterator[tuple[IPRoute, Uplink]]:
-        up = self.uplink(local)
-        if up is None:
-            raise DataplaneFailure(f"node IP {local.node_ip} is on no interface of this node")
-        with netlink.host_ns() as ipr, netlink.translated("programming the node mesh"):
-            yield ipr, up
+    def _programming(
+        self, local: NodeInfo
+    ) -> Iterator[tuple[IPRoute, Uplink, int | None]]:
+        """A netlink socket, the uplink and the device's index (None with the L2 interconnect).
+
+        Uplink and device are checked once and remembered (1000 remote nodes must not cost
+        1000 address dumps); any failure, and every prune, makes the next call check again."""
+        with self._lock:
+            cached = self._cache
+            if cached is None:
+                up = self.uplink(local)
+                if up is None:
+                    raise DataplaneFailure(
+                        f"node IP {local.node_ip} is on no interface of this node")
+                index = None
+                if not self.l2:
+                    with netlink.host_ns() as ipr, netlink.translated("making the VXLAN device"):
+                        index = self._device(ipr, local, up)
+                cached = self._cache = (up, index)
+        try:
+            with netlink.host_ns() as ipr, netlink.translated("programming the node mesh"):
+                yield ipr, cached[0], cached[1]
+        except BaseException:
+            self._cache = None
+            raise
 
     @staticmethod
     def _neigh(ipr: IPRoute, index: int, ip: str, mac: str) -> None:
@@ -205,17 +224,26 @@ class KernelMesh:
     def unprogram(
         self, local: NodeInfo, remote: NodeInfo, keep: Collection[NodeInfo] = ()
     ) -> list[str]:
-        """Removes the state of `remote` that no node in `keep` needs; gone already is fine."""
-        return self.prune(local, keep, of=remote)
+        """Removes the state of `remote` that no node in `keep` needs; gone already is fine.
+        Deletes exactly those objects (no dump: one removal among 1000 nodes stays cheap)."""
+        gone = _wanted(self, [remote]) - _wanted(self, keep)
+        up = self.uplink(local)
+        removed: list[str] = []
+        with netlink.host_ns() as ipr, netlink.translated("removing a node from the mesh"):
+            index = up.index if self.l2 and up else netlink.ifindex(ipr, self.ifname)
+            if index is None:
+                return removed
+            for what in sorted(gone):
+                if _ignore_gone(_delete(ipr, what, index)):
+                    removed.append(" ".join(map(str, what)))
+        return removed
 
-    def prune(
-        self, local: NodeInfo, keep: Collection[NodeInfo], of: NodeInfo | None = None
-    ) -> list[str]:
-        """Removes mesh state no node in `keep` explains (only state naming node `of`, when
-        given); returns what it removed. Works from what the kernel holds, so it also cleans up
-        after nodes removed while this agent was down."""
+    def prune(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[str]:
+        """Removes mesh state no node in `keep` explains; returns what it removed. Works from
+        what the kernel holds, so it also cleans up after nodes removed while this agent was
+        down, and leftovers of a changed config."""
+        self._cache = None  # check uplink and device again on the next program()
         want = _wanted(self, keep)
-        names = _identifiers(of) if of is not None else None
         removed: list[str] = []
         with netlink.host_ns() as ipr, netlink.translated("pruning the node mesh"):
             index = netlink.ifindex(ipr, self.ifname)
@@ -223,11 +251,9 @@ class KernelMesh:
                 ipr.link("del", index=index)
                 removed.append(f"device {self.ifname}")
                 index = None
-            for what, delete in self._held(ipr, index):
-                if what in want or (names is not None and names.isdisjoint(map(str, what))):
-                    continue
-                _ignore_gone(delete)
-                removed.append(" ".join(map(str, what)))
+            for what, delete in list(self._held(ipr, index)):
+                if what not in want and _ignore_gone(delete):
+                    removed.append(" ".join(map(str, what)))
         return removed
 
     def _held(self, ipr: IPRoute, index: int | None) -> Iterator[tuple[tuple[Any, ...], Any]]:
@@ -283,25 +309,31 @@ def _wanted(mesh: KernelMesh, keep: Collection[NodeInfo]) -> set[tuple[Any, ...]
     return want
 
 
-def _identifiers(node: NodeInfo) -> set[str]:
-    """Every address by which a held object names `node` (MACs, next hops, destinations)."""
-    ids = {node.vxlan_mac, node.vxlan_ip, link_local(node.node_id), node.node_ip}
-    ids.update(node.pod_subnets)
-    if node.uplink_mac:
-        ids.add(node.uplink_mac)
-    return ids
-
-
 def _deleter(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return lambda: fn(*args, **kwargs)
 
 
-def _ignore_gone(delete: Any) -> None:
+def _delete(ipr: IPRoute, what: tuple[Any, ...], index: int) -> Any:
+    """The deleter of one object as `_wanted` describes it, on interface `index`."""
+    kind, first, second = what
+    if kind == "route":
+        return _deleter(ipr.route, "del", dst=first, gateway=second, oif=index,
+                        proto=RTPROT_MESH)
+    if kind == "neigh":
+        family = socket.AF_INET6 if ":" in first else socket.AF_INET
+        return _deleter(ipr.neigh, "del", ifindex=index, dst=first, family=family)
+    return _deleter(ipr.fdb, "del", ifindex=index, lladdr=first, dst=second)
+
+
+def _ignore_gone(delete: Any) -> bool:
+    """Runs a deleter; False when the object was gone already."""
     try:
         delete()
     except NetlinkError as exc:
         if exc.code not in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
             raise
+        return False
+    return True
 
 
 __all__ = ["RTPROT_MESH", "KernelMesh", "Uplink", "vxlan_mac"]
