@@ -247,6 +247,8 @@ class Agent:
             self.store.ping()
         except Exception as exc:
             return False, f"etcd unreachable: {exc}"
+        if self.cluster is not None and self.cluster.removed():
+            return False, "this node was removed from the cluster (node remove): restart its agent"
         if self.dataplane is None or not self.dataplane.ready():
             return False, f"dataplane {self.config.dataplane} not ready"
         if self.pods is not None and self.pods.pools.exhausted():

@@ -85,6 +85,7 @@ class MeshController:
         self._revision = 0
         self._etcd_error = ""
         self._stop = threading.Event()
+        self.removed = threading.Event()  # this node's own entry was removed (node remove)
         self._thread = threading.Thread(target=self._run, name="mesh", daemon=True)
 
     def start(self) -> None:
@@ -141,6 +142,8 @@ class MeshController:
         with self._lock:
             self._seen = dict(nodes)
             self._revision = revision
+        if self.local.node_id not in nodes:  # published before listing: gone means removed
+            self._removed_by_operator()
         remotes = {i: n for i, n in nodes.items() if i != self.local.node_id}
         for node_id in [i for i in self._remotes if i not in remotes]:
             self._remove(node_id)
@@ -161,7 +164,7 @@ class MeshController:
                 self._seen[event.node_id] = event.info
         if event.node_id == self.local.node_id:
             if event.info is None:
-                log.error("this node (%s) was removed from the registry", self.local.name)
+                self._removed_by_operator()
             return
         if event.info is None:
             self._remove(event.node_id)
@@ -169,6 +172,15 @@ class MeshController:
         old = self._remotes.get(event.node_id)
         if old is None or old.info != event.info or old.state != "programmed":
             self._program(event.info, old.info if old else None)
+
+    def _removed_by_operator(self) -> None:
+        """The operator removed this node (with --force, as it was live): its node ID may go
+        to a new node, so the agent must stop taking pods (readiness says why); the mesh to
+        the others stays for the pods still running here."""
+        if not self.removed.is_set():
+            log.error("this node (%s, ID %d) was removed from the cluster; restart the agent "
+                      "to join again", self.local.name, self.local.node_id)
+            self.removed.set()
 
     def _program(self, info: NodeInfo, old: NodeInfo | None) -> None:
         state = RemoteState(info, since=time.time())

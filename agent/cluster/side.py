@@ -71,6 +71,10 @@ class ClusterSide:
     def snapshot(self) -> dict[str, Any]:
         return self.controller.snapshot()
 
+    def removed(self) -> bool:
+        """True once an operator removed this node from the cluster while its agent ran."""
+        return self.controller.removed.is_set()
+
 
 class _NoMesh:
     """A dataplane without mesh support: every remote node fails with the reason."""

@@ -6,8 +6,8 @@ Test plan (each test builds its own cluster: fabric namespace, etcd, nodes; alwa
   between pods); a full pod-MTU ping with don't-fragment across nodes (one byte more
   does not leave the pod); a 4th node joins and every existing pod reaches its pod (the time from
   its agent's readiness to being programmed everywhere is printed); removal: refused while the
-  node's agent is live, done once it stopped; nothing naming the node is left on any other node;
-  its node ID goes to the next new node.
+  node's agent is live unless forced, and then that agent stops being ready; nothing naming the
+  node is left on any other node; its node ID goes to the next new node.
 - SIGKILL of an agent: the other nodes keep reaching its pod while it is down; a node removed
   meanwhile is pruned when it restarts; nothing is duplicated (its mesh state is what it was).
 - etcd killed for 10 s: pods keep reaching each other across nodes; a node started during the
@@ -83,10 +83,12 @@ def _remove_and_reuse(cluster: Cluster, nodes: list[Node], pods: list[Pod]) -> N
     gone_id = gone.node_id()
     refused = nodes[0].operator("node", "remove", gone.name)
     assert refused.returncode == 1 and "is live" in refused.stderr, refused
-    gone.stop_agent()
-    done = nodes[0].operator("node", "remove", gone.name)
+    done = nodes[0].operator("node", "remove", gone.name, "--force")
     assert done.returncode == 0, done.stderr
     assert f"ID {gone_id} is free again" in done.stdout
+    # its agent learns it was removed and stops being ready (STATUS fails: no new pods)
+    wait_for(partial(_removed_reported, gone), 15, f"{gone.name} not ready")
+    gone.stop_agent()
     listed = nodes[0].operator("node", "list")
     assert gone.name not in listed.stdout and nodes[0].name in listed.stdout
     cluster.remove_node_namespace(gone)
@@ -103,6 +105,11 @@ def _remove_and_reuse(cluster: Cluster, nodes: list[Node], pods: list[Pod]) -> N
     fresh = newcomer.add_pod()
     alive = [p for p in pods if p.node is not gone]
     assert unreachable(alive, [fresh]) == []
+
+
+def _removed_reported(node: Node) -> bool:
+    status, body = node.get("/readiness")
+    return status == 503 and "removed from the cluster" in str(body)
 
 
 def _clean_of(node: Node, gone: Node, gone_id: int) -> bool:

@@ -5,7 +5,7 @@ a watch from a compacted revision ends in an error (the controller then relists)
 deletes the entry, both node ID keys, pod records and allocations and nothing of another node,
 and is refused while the node's liveness lease holds; the controller programs every remote node,
 reprograms a changed one, unprograms a removed one, prunes at start what no node explains, and
-keeps failed nodes visible with the reason.
+keeps failed nodes visible with the reason, and notices the removal of its own node.
 """
 
 from __future__ import annotations
@@ -151,6 +151,10 @@ def test_controller_follows_the_registry(registry: Registry) -> None:
         snap = controller.snapshot()
         assert [n["name"] for n in snap["nodes"]] == ["n1", "n2"]
         assert snap["nodes"][0]["mesh"]["state"] == "local"
+        assert not controller.removed.is_set()
+        registry.delete_node("n1", 1, name_held=False)  # the operator removes this node
+        wait(controller.removed.is_set, "own removal noticed")
+        assert set(mesh.held) == {2}  # the mesh to the others stays for pods still here
     finally:
         controller.stop()
 
