@@ -78,7 +78,8 @@ class KernelMesh:
         family = socket.AF_INET6 if ":" in local.node_ip else socket.AF_INET
         with netlink.host_ns() as ipr, netlink.translated("finding the uplink"):
             for addr in ipr.get_addr(family=family):
-                if addr.get_attr("IFA_ADDRESS") == local.node_ip:
+                # IFA_LOCAL is the own address (IFA_ADDRESS: the peer's, on point-to-point)
+                if (addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS")) == local.node_ip:
                     link = ipr.link("get", index=addr["index"])[0]
                     return Uplink(
                         int(addr["index"]),
@@ -239,22 +240,29 @@ class KernelMesh:
         return removed
 
     def prune(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[str]:
-        """Removes mesh state no node in `keep` explains; returns what it removed. Works from
-        what the kernel holds, so it also cleans up after nodes removed while this agent was
-        down, and leftovers of a changed config."""
+        """Makes the kernel hold exactly what the nodes in `keep` need: removes what none of
+        them explains (nodes removed while this agent was down, leftovers of a changed config)
+        and programs again the nodes whose objects went missing (a device or route deleted
+        behind the agent's back). Returns what it changed."""
         self._cache = None  # check uplink and device again on the next program()
         want = _wanted(self, keep)
-        removed: list[str] = []
+        changed: list[str] = []
         with netlink.host_ns() as ipr, netlink.translated("pruning the node mesh"):
             index = netlink.ifindex(ipr, self.ifname)
             if self.l2 and index is not None:
                 ipr.link("del", index=index)
-                removed.append(f"device {self.ifname}")
+                changed.append(f"device {self.ifname}")
                 index = None
-            for what, delete in list(self._held(ipr, index)):
+            held = list(self._held(ipr, index))
+            for what, delete in held:
                 if what not in want and _ignore_gone(delete):
-                    removed.append(" ".join(map(str, what)))
-        return removed
+                    changed.append(" ".join(map(str, what)))
+        missing = want - {what for what, _ in held}
+        for remote in keep:
+            if _wanted(self, [remote]) & missing:
+                self.program(local, remote)
+                changed.append(f"restored node {remote.name}")
+        return changed
 
     def _held(self, ipr: IPRoute, index: int | None) -> Iterator[tuple[tuple[Any, ...], Any]]:
         """(description, deleter) for every mesh object in the kernel."""

@@ -3,8 +3,9 @@
 Test plan: the VXLAN device has VNI 10, port 4789, the node IP as local address, no learning,
 the node's MAC and the uplink MTU minus 50; programming two nodes twice leaves exactly one FDB
 entry, two neighbors and two routes per node (setting the device up again must not flush the
-first node's neighbors); unprogram removes one node and nothing of the other; prune removes
-what no node explains (as after a restart); a pod MTU the uplink cannot carry is refused with
+first node's neighbors); prune programs again nodes whose objects were deleted behind the
+agent's back; unprogram removes one node and nothing of the other; prune removes what no node
+explains (as after a restart); a pod MTU the uplink cannot carry is refused with
 the largest that fits; without the node IP on any interface programming fails naming it; the
 L2 interconnect routes via the node IP and makes no device.
 """
@@ -69,6 +70,14 @@ def test_device_and_idempotent_programming(uplink: str) -> None:
     assert len(got["neigh"]) == 4 and len(got["routes"]) == 4, got
     assert any(r.startswith("fd00:10:0:2::/64 via fe80::2b:0:2 dev vxlan-vsw") for r in
                got["routes"])
+
+    before = state(uplink)
+    run_in(uplink, "ip", "route", "del", "10.1.3.0/24")  # behind the agent's back
+    run_in(uplink, "bridge", "fdb", "del", "12:2b:00:00:00:02", "dev", "vxlan-vsw",
+           "dst", "192.168.16.2")
+    assert state(uplink) != before
+    assert mesh.prune(node(1), [node(2), node(3)]) == ["restored node n2", "restored node n3"]
+    assert state(uplink) == before
 
     removed = mesh.unprogram(node(1), node(2), [node(3)])
     assert len(removed) == 5, removed  # 2 routes, 2 neighbors, 1 FDB entry
