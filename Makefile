@@ -2,13 +2,16 @@
 # (idempotent: a machine that has everything skips straight through).
 PYTHON ?= python3
 
-.PHONY: setup demo test lint unit bench
+.PHONY: setup demo demo-node test lint unit bench
 
 setup:
 	bash .ci/install-system
 	$(PYTHON) -m pip install -q -e '.[dev]'
 
 demo: setup
+	$(PYTHON) -m demo_cluster
+
+demo-node: setup
 	$(PYTHON) -m demo
 
 lint:

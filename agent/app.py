@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from agent import hostnat
+from agent.cluster.side import ClusterSide
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
 from agent.errors import Degraded, NotReady, TryAgainLater
@@ -69,6 +70,7 @@ class Agent:
         self._stopping = threading.Event()
         self._watch: threading.Thread | None = None
         self.repair_report: dict[str, Any] = {}
+        self.cluster: ClusterSide | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -91,6 +93,8 @@ class Agent:
             self.node_id,
             [str(s) for s in self.networks.pod_subnets],
         )
+        # Node IP and the MTU check first: a pod MTU the uplink cannot carry refuses the start.
+        self.cluster = ClusterSide.build(cfg, self.networks)
         self._phase = f"starting: setting up the {cfg.dataplane} dataplane"
         self.dataplane = make_dataplane(cfg, self.networks)
         self._start_dataplane(self.dataplane)
@@ -110,6 +114,8 @@ class Agent:
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
         self._start_watch(self.dataplane.generation())
+        if self.cluster is not None:
+            self.cluster.start()
         self._service = CniService(self.pods, self.status, cfg.workers)
         self.metrics.gauge("vswitch_cni_busy_workers", lambda: float(self._busy()))
         self._serve_cni(self._service)
@@ -212,6 +218,8 @@ class Agent:
                 os.unlink(self.config.cni_socket)
         if self._rest is not None:
             self._rest.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
         if self.pods is not None:
             self.pods.stop()
         if self.dataplane is not None:
@@ -239,6 +247,8 @@ class Agent:
             self.store.ping()
         except Exception as exc:
             return False, f"etcd unreachable: {exc}"
+        if self.cluster is not None and self.cluster.removed():
+            return False, "this node was removed from the cluster (node remove): restart its agent"
         if self.dataplane is None or not self.dataplane.ready():
             return False, f"dataplane {self.config.dataplane} not ready"
         if self.pods is not None and self.pods.pools.exhausted():
@@ -261,7 +271,7 @@ class Agent:
 
     @property
     def node_ip(self) -> str:
-        return self.config.node_ip
+        return self.cluster.local.node_ip if self.cluster else self.config.node_ip
 
     @property
     def ipam_config(self) -> IPAMConfig:
@@ -285,6 +295,12 @@ class Agent:
 
     def metrics_text(self) -> str:
         return self.metrics.render()
+
+    def mesh_nodes(self) -> dict[str, Any]:
+        if self.cluster is None:
+            reason = "it has no node IP" if self._ready.is_set() else "the agent is starting"
+            raise NotReady(f"this node is not in the node registry: {reason}")
+        return self.cluster.snapshot()
 
     def last_reconcile(self) -> dict[str, Any]:
         return {**self.report.to_json(), "lastRepair": self.repair_report or None}

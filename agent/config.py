@@ -75,6 +75,8 @@ class AgentConfig:
     afpacket_tx_frames: int = 32
     nat_excluded_cidrs: tuple[str, ...] = ()
     nat_table: str = "vswitch-cni"
+    vxlan_interface: str = "vxlan-vsw"
+    vxlan_vni: int = 10
     # Contiv's.
     nat_external_traffic: bool = True
     use_tap_interfaces: bool = True
@@ -84,6 +86,7 @@ class AgentConfig:
     mtu: int = 1450
     main_vrf_id: int = 0
     pod_vrf_id: int = 1
+    use_l2_interconnect: bool = False
     ipam: IPAMConfig = field(default_factory=IPAMConfig)
     warnings: tuple[str, ...] = ()
 
@@ -303,6 +306,9 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("MTUSize", "mtu", _int_range(576, 9216)),
         ("MainVRFID", "main_vrf_id", _int_range(0, 2**32 - 1)),
         ("PodVRFID", "pod_vrf_id", _int_range(0, 2**32 - 1)),
+        ("UseL2Interconnect", "use_l2_interconnect", _bool),
+        ("VXLANInterface", "vxlan_interface", _ifname),
+        ("VXLANVNI", "vxlan_vni", _int_range(1, 2**24 - 1)),
     ]
 }
 
@@ -312,7 +318,6 @@ _CONTIV_UNIMPLEMENTED = {
     k.lower(): k
     for k in [
         "UseNoOverlay",
-        "UseL2Interconnect",
         "UseSRv6ForServices",
         "UseSRv6ForServiceFunctionChaining",
         "UseDX6ForSrv6NodetoNodeTransport",

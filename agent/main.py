@@ -11,6 +11,7 @@ from types import FrameType
 
 from agent import __version__
 from agent.app import Agent, StartupError
+from agent.cluster.remove import node_command
 from agent.config import AgentConfig, ConfigError, load, preflight
 from agent.errors import CniError
 from agent.teardown import teardown
@@ -26,12 +27,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="remove the agent's host state (gateway interface, pod links, "
                              "routes) and exit; refused while an agent runs")
     parser.add_argument("--version", action="version", version=f"vswitch-agent {__version__}")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="operator command: node remove NAME [--force] | node list")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.command:  # an operator command: the config names etcd, nothing starts
+        if args.command[0] != "node":
+            parser.error(f"unknown command {args.command[0]!r} (commands: node)")
+        try:
+            config = load(args.config)
+        except ConfigError as exc:
+            log.error("bad config: %s", exc)
+            return 2
+        return node_command(config, args.command[1:])
     try:
         config = load(args.config)
         if args.teardown:  # removes state: needs no REST port nor a writable socket directory

@@ -6,6 +6,7 @@
     GET /v1/pools         per family: subnet, capacity, inUse, free
     GET /v1/pods          the pod records                           (?namespace=NS)
     GET /v1/reconcile     the report of the last reconcile
+    GET /v1/nodes         the node registry as seen here, mesh state per remote node
     GET /liveness         200 while the process works
     GET /readiness        200 ready / 503 with the reason
     GET /metrics          Prometheus text format
@@ -27,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from agent.errors import TryAgainLater
+from agent.errors import NotReady, TryAgainLater
 from agent.model import pod_label
 from ipam import IPAMConfig, NodeNetworks
 
@@ -60,6 +61,7 @@ class RestSource(Protocol):
     def live(self) -> bool: ...
     def metrics_text(self) -> str: ...
     def last_reconcile(self) -> dict[str, Any]: ...
+    def mesh_nodes(self) -> dict[str, Any]: ...  # agent.cluster.controller snapshot()
 
 
 class HttpError(Exception):
@@ -138,6 +140,13 @@ def _reconcile(src: RestSource, _query: dict[str, str]) -> Reply:
     return _json(src.last_reconcile())
 
 
+def _nodes(src: RestSource, _query: dict[str, str]) -> Reply:
+    try:
+        return _json(src.mesh_nodes())
+    except NotReady as exc:
+        raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, str(exc)) from exc
+
+
 def _liveness(src: RestSource, _query: dict[str, str]) -> Reply:
     live = src.live()
     return _json({"live": live}, HTTPStatus.OK if live else HTTPStatus.SERVICE_UNAVAILABLE)
@@ -160,6 +169,7 @@ ROUTES: dict[str, tuple[Route, frozenset[str]]] = {
     "/v1/pools": (_pools, frozenset()),
     "/v1/pods": (_pods, frozenset({"namespace"})),
     "/v1/reconcile": (_reconcile, frozenset()),
+    "/v1/nodes": (_nodes, frozenset()),
     "/liveness": (_liveness, frozenset()),
     "/readiness": (_readiness, frozenset()),
     "/metrics": (_metrics, frozenset()),

@@ -233,3 +233,16 @@ def test_preflight_accepts_creatable_directories(tmp_path: Path) -> None:
                  "CNISocket": str(tmp_path / "run" / "cni.sock")}, env={})
     preflight(cfg)
     assert not (tmp_path / "a").exists()  # checked, not created
+
+
+def test_mesh_keys() -> None:
+    cfg = parse({"NodeName": "n", "UseL2Interconnect": True, "VXLANVNI": 4096,
+                 "VXLANInterface": "vx0"})
+    assert (cfg.use_l2_interconnect, cfg.vxlan_vni, cfg.vxlan_interface) == (True, 4096, "vx0")
+    assert cfg.warnings == ()  # UseL2Interconnect is implemented now, no longer warned about
+    defaults = parse({"NodeName": "n"})
+    assert (defaults.use_l2_interconnect, defaults.vxlan_vni) == (False, 10)
+    with pytest.raises(ConfigError, match="'VXLANVNI' = 16777216"):
+        parse({"VXLANVNI": 2**24})
+    with pytest.raises(ConfigError, match="'VXLANInterface'"):
+        parse({"VXLANInterface": "a-name-far-too-long"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tests.fakevpp.l2 import L2Handlers
 from tests.fakevpp.state import (
     ADMIN_UP,
     ANY,
@@ -26,8 +27,8 @@ from tests.fakevpp.tapdev import create_tap_host, delete_tap_host, link_exists
 Fields = dict[str, Any]
 
 
-class Handlers:
-    """The interface, IP, neighbor, af_packet and tap messages."""
+class Handlers(L2Handlers):
+    """The interface, IP, neighbor, af_packet and tap messages (L2 and VXLAN: l2.py)."""
 
     def __init__(self, state: State, tap_works: bool, json_text: str, netns: str = "") -> None:
         self.s = state

@@ -37,6 +37,8 @@ class E:
     IF_ALREADY_EXISTS = -79
     VALUE_EXIST = -81
     ADDRESS_FOUND_FOR_INTERFACE = -114
+    TUNNEL_EXIST = -75
+    BD_ALREADY_EXISTS = -119
 
 
 class VppError(Exception):
@@ -73,6 +75,28 @@ class Route:
     paths: list[dict[str, Any]]
 
 
+@dataclass
+class BridgeDomain:
+    bd_id: int
+    flags: dict[str, bool]  # flood, uu_flood, forward, learn, arp_term, arp_ufwd
+    tag: str = ""
+    members: dict[int, tuple[int, int]] = field(default_factory=dict)  # sw_if -> (type, shg)
+    fib: dict[str, tuple[int, bool]] = field(default_factory=dict)  # mac -> (sw_if, static)
+
+
+@dataclass
+class Tunnel:
+    """A VXLAN tunnel (vxlan plugin): its interface and its key fields."""
+
+    sw_if_index: int
+    instance: int
+    src: str
+    dst: str
+    vni: int
+    encap_vrf_id: int
+    port: int
+
+
 def random_mac() -> str:
     # VPP gives virtual interfaces locally administered 02:fe:.. addresses.
     tail = [random.randrange(256) for _ in range(4)]
@@ -90,6 +114,8 @@ class State:
         }
         self.routes: dict[tuple[bool, int, str], Route] = {}
         self.neighbors: dict[tuple[int, str], tuple[str, int]] = {}  # (sw_if, ip) -> (mac, flags)
+        self.bridge_domains: dict[int, BridgeDomain] = {}
+        self.tunnels: dict[int, Tunnel] = {}  # by sw_if_index
         self.next_index = 0
         self.add_interface("local0", "local", "00:00:00:00:00:00")
 
@@ -120,6 +146,11 @@ class State:
         for other in self.interfaces.values():
             if other.unnumbered_to == sw_if_index:
                 other.unnumbered_to = None
+        self.tunnels.pop(sw_if_index, None)
+        for bd in self.bridge_domains.values():
+            bd.members.pop(sw_if_index, None)
+            for mac in [m for m, (sw, _) in bd.fib.items() if sw == sw_if_index]:
+                del bd.fib[mac]
 
     def require_table(self, is_ip6: bool, table_id: int, err: int = E.NO_SUCH_FIB) -> None:
         if (is_ip6, int(table_id)) not in self.tables:

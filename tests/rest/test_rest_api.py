@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.errors import TryAgainLater
+from agent.errors import NotReady, TryAgainLater
 from agent.rest import ROUTES, RestServer
 from ipam import IPAMConfig, NodeNetworks, node_networks
 
@@ -42,6 +42,7 @@ class Source:
     is_ready: tuple[bool, str] = (True, "ready")
     fail: Exception | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+    nodes: dict[str, Any] | None = None
 
     def allocations(self) -> Mapping[str, Mapping[str, Any]]:
         if self.fail is not None:
@@ -73,6 +74,11 @@ class Source:
 
     def last_reconcile(self) -> dict[str, Any]:
         return {"finished": 1700000000.0, "repaired": [], "damaged": []}
+
+    def mesh_nodes(self) -> dict[str, Any]:
+        if self.nodes is None:
+            raise NotReady("this node is not in the node registry: the agent is starting")
+        return self.nodes
 
 
 @pytest.fixture
@@ -204,6 +210,14 @@ def test_garbage_request_and_idle_client(server: RestServer) -> None:
         assert get_json(server, "/liveness") == {"live": True}
     finally:
         idle.close()
+
+
+def test_nodes_view_and_503_before_registration(source: Source, server: RestServer) -> None:
+    status, _, body = request(server, "/v1/nodes")
+    assert status == 503 and b"not in the node registry" in body
+    source.nodes = {"local": {"name": "worker-3"}, "revision": 7, "registryError": "",
+                    "nodes": [{"name": "worker-4", "mesh": {"state": "failed", "reason": "x"}}]}
+    assert get_json(server, "/v1/nodes") == source.nodes
 
 
 def test_documented_paths_match_the_routes() -> None:
