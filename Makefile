@@ -17,8 +17,9 @@ system:
 	bash .ci/install-system
 
 # Made again when pyproject.toml changes (new dependencies); the system step always runs first.
+# A venv left without pip (made while python3-venv was missing) is made again (--clear).
 $(VENV)/.installed: pyproject.toml | system
-	test -x $(PY) || $(SYSTEM_PYTHON) -m venv $(VENV)
+	test -x $(VENV)/bin/pip || $(SYSTEM_PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $@
 
