@@ -108,7 +108,7 @@ def heaviest_under(path: Path, root: str, count: int = 12) -> list[tuple[str, in
         if cumulative >= limit or func == "<module>" or not any(
                 k in file for k in ("agent/", "pyroute2", "pyetcd")):
             continue
-        where = file.split("site-packages/")[-1].split("/work/main/")[-1]
+        where = file.split("site-packages/")[-1].split(f"{REPO}/")[-1]
         rows.append((f"{func} ({where}:{line})", int(calls), float(cumulative)))
     return sorted(rows, key=lambda r: -r[2])[:count]
 

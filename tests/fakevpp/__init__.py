@@ -1,6 +1,6 @@
 """A wire-level fake VPP for tests: VPP's socket API over a unix socket, with real state.
 
-    fake = FakeVPP("/tmp/x/api.sock", "/work/shared/vpp-api/26.06", tap_works=False)
+    fake = FakeVPP("/tmp/x/api.sock", API_DIR, tap_works=False)
     fake.start()
     ...  # point vpp-papi (or the VPP driver) at fake.socket_path
     fake.fail_once("sw_interface_set_table", -3)   # the next such request gets retval -3
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 from tests.fakevpp.codec import load_schema
@@ -24,7 +25,10 @@ from tests.fakevpp.server import SocketServer, make_dispatch
 from tests.fakevpp.state import ANY, Interface, Route, State
 from tests.fakevpp.tapdev import delete_tap_host
 
-__all__ = ["ANY", "FakeVPP", "Interface", "Route"]
+__all__ = ["ANY", "API_DIR", "FakeVPP", "Interface", "Route"]
+
+# VPP 26.06's message definitions, part of this checkout (api/README.md says what and whence).
+API_DIR = str(Path(__file__).resolve().with_name("api") / "26.06")
 
 
 class FakeVPP:

@@ -194,9 +194,11 @@ class PluginResult:
 
 
 def plugin_path() -> str:
-    path = shutil.which("vswitch-cni")
+    """This interpreter's console script (the project venv's), else one on PATH."""
+    beside = Path(sys.executable).parent / "vswitch-cni"
+    path = str(beside) if beside.exists() else shutil.which("vswitch-cni")
     if path is None:
-        raise RuntimeError("vswitch-cni is not installed: run `pip install -e .`")
+        raise RuntimeError("vswitch-cni is not installed: run `make setup`")
     return path
 
 

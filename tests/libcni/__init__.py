@@ -4,8 +4,9 @@ The driver is a small Go program on libcni 1.3.0, the library containerd and CRI
 plugins. Driving our plugin through it, instead of exec'ing it with hand-made environments, proves
 that a real runtime accepts what the plugin prints: libcni parses every result and error with its
 own types, passes results down a chain as prevResult, caches them for CHECK and DEL, and injects
-the GC keys. This module builds the driver offline (GOPATH mode against the libcni source that
-.ci/install-system unpacks; no module proxy) and wraps its command line in `Libcni`.
+the GC keys. This module builds the driver offline (GOPATH mode against the libcni source, with the
+Go 1.23 toolchain, both of which .ci/install-system unpacks under .cache/; no module proxy) and
+wraps its command line in `Libcni`.
 
 `build_driver` fails with `LibcniUnavailable` naming what is missing and how to get it: a missing
 toolchain must fail the run loudly, never skip the conformance suite.
@@ -30,12 +31,14 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER_SOURCE = Path(__file__).with_name("driver.go")
 # Git-ignored; binaries are keyed by a source digest, so sessions share them safely.
 DEFAULT_BUILD_DIR = Path(__file__).with_name("bin")
+# Unpacked .debs (never installed): sid's libcni source and plugins, bookworm-backports' Go.
 SID_ROOT = REPO / ".cache" / "sid"
+BACKPORTS_ROOT = REPO / ".cache" / "backports"
 GOCODE = SID_ROOT / "usr" / "share" / "gocode"
 REFERENCE_PLUGINS = SID_ROOT / "usr" / "lib" / "cni"
-GO = Path("/usr/lib/go-1.23/bin/go")
+GO = BACKPORTS_ROOT / "usr" / "lib" / "go-1.23" / "bin" / "go"
 LIBCNI_SOURCE = GOCODE / "src" / "github.com" / "containernetworking" / "cni" / "libcni"
-INSTALL_HINT = "run .ci/install-system (as root) to install Go 1.23, libcni 1.3.0 and the plugins"
+INSTALL_HINT = "run `make setup` (as root): it fetches Go 1.23, libcni 1.3.0 and the plugins"
 
 JsonDict = dict[str, Any]
 IFF_PROMISC = 0x100
@@ -114,6 +117,8 @@ def build_driver(out_dir: Path) -> Path:
         "GOPATH": f"{DRIVER_SOURCE.parent}:{GOCODE}",
         "GOPROXY": "off",
         "GOFLAGS": "",
+        "GOROOT": str(GO.parents[1]),  # this toolchain's own, whatever the caller's env says
+        "GOTOOLCHAIN": "local",
         "GOCACHE": str(REPO / ".cache" / "go-build"),
         "CGO_ENABLED": "0",
     }

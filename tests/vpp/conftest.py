@@ -19,18 +19,8 @@ import pytest
 
 from agent.dataplane.vpp import VppConfig, VppDataplane
 from agent.model import PodKey, PodNetwork
-from tests.fakevpp import FakeVPP
+from tests.fakevpp import API_DIR, FakeVPP
 from tests.helpers.netns import entered, named_netns, unique
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-# VPP 26.06's message definitions live in the steering repo's shared/ folder, which CI places
-# beside the clone; VSWITCH_VPP_API_DIR overrides. A missing folder fails the tests loudly.
-API_DIR = os.environ.get(
-    "VSWITCH_VPP_API_DIR", os.path.join(os.path.dirname(_ROOT), "shared", "vpp-api", "26.06")
-)
-if not os.path.isdir(API_DIR):
-    API_DIR = "/work/shared/vpp-api/26.06"
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import pytest
 
 from agent.dataplane.vpp import names
 from agent.model import PodKey
-from tests.fakevpp import FakeVPP
+from tests.fakevpp import API_DIR, FakeVPP
 from tests.helpers.agent import (
     AgentHandle,
     agent_config,
@@ -36,7 +36,7 @@ from tests.helpers.agent import (
     running_agent,
     start_agent,
 )
-from tests.vpp.conftest import API_DIR, serving_fake
+from tests.vpp.conftest import serving_fake
 
 SUBNET = "10.237.0.0/16"
 

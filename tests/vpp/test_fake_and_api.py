@@ -19,8 +19,7 @@ from agent.dataplane.vpp import VppConfig, names
 from agent.dataplane.vpp.api import VppApi
 from agent.errors import DataplaneFailure, InvalidConfig, TryAgainLater
 from agent.model import PodKey
-from tests.fakevpp import FakeVPP
-from tests.vpp.conftest import API_DIR
+from tests.fakevpp import API_DIR, FakeVPP
 
 
 @pytest.fixture

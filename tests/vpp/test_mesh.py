@@ -25,8 +25,7 @@ from agent.dataplane.vpp import ip
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.mesh import BVI_TAG, VppMesh
 from ipam import IPAMConfig, node_networks
-from tests.fakevpp import FakeVPP
-from tests.vpp.conftest import API_DIR
+from tests.fakevpp import API_DIR, FakeVPP
 
 CFG = IPAMConfig.from_mapping({"PodSubnetV6CIDR": "fd00:10::/48"})[0]
 POD_VRF, BD = 1, 10
