@@ -166,3 +166,25 @@ def test_start_after_teardown_builds_the_same_base(
     dp.teardown()
     driver_factory().start()
     assert shape() == built
+
+
+def test_the_cluster_pod_ranges_go_into_vpp_and_die_there(
+    fake: FakeVPP, driver_factory: Factory
+) -> None:
+    """Pods of other nodes: the node routes the whole cluster range into VPP (a Service DNATed
+    to a remote pod must enter VPP, where the mesh carries it); without a more specific route
+    VPP drops it instead of sending it back to the node (a loop)."""
+    nets = (ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("fd00:1::/48"))
+    gws = (DUAL[0], ipaddress.ip_interface("fd00:1:0:1::1/64"))
+    dp = driver_factory(pod_gateways=gws, cluster_pod_nets=nets)
+    dp.start()
+    for table in (0, 1):
+        for net in nets:
+            assert fake.routes(table)[(table, str(net))].paths[0]["type"] == 2  # drop
+    assert fake.routes(0)[(0, "10.1.1.0/24")].paths[0]["table_id"] == 1  # ours: more specific
+    with netlink.host_ns() as ipr:
+        assert ipr.route("get", dst="10.1.7.9")[0].get_attr("RTA_GATEWAY") == "172.30.1.1"
+        got = ipr.route("get", dst="fd00:1:0:7::9")[0].get_attr("RTA_GATEWAY")
+    assert got == str(base.VPP_HOST_LL)
+    dp.teardown()
+    assert not any(net in k[2] for k in fake.routes() for net in ("10.1.0.0/16", "fd00:1::/48"))

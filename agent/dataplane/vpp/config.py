@@ -39,6 +39,9 @@ class VppConfig:
     request_timeout: float = 5.0  # seconds for one reply
     client_name: str = "vswitch-agent"
     vhost_net_path: str = "/dev/vhost-net"  # what VPP's TAP driver opens
+    # The whole cluster's pod ranges (every node's subnets): routed from the node into VPP, and
+    # dropped in VPP where no more specific route (this node's pods, the node mesh) applies.
+    cluster_pod_nets: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     # AF_PACKET sockets of pods and the interconnect.
     afpacket: RingOptions = field(default_factory=RingOptions)
 
@@ -90,6 +93,13 @@ class VppConfig:
     def pod_subnets(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(g.network for g in self.pod_gateways)
 
+    @property
+    def cluster_ranges(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """The cluster pod ranges of the families this node uses, other than its own subnets."""
+        families = {s.version for s in self.pod_subnets}
+        return tuple(n for n in self.cluster_pod_nets
+                     if n.version in families and n not in self.pod_subnets)
+
 
 def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
     """The driver's config from the agent's config and this node's networks."""
@@ -112,6 +122,8 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         host_linux_ip=networks.host_linux_ip,
         host_ifname=cfg.vpp_host_interface,
         host_vpp_ifname=cfg.vpp_host_peer_interface,
+        cluster_pod_nets=tuple(n for n in (cfg.ipam.pod_subnet_cidr, cfg.ipam.pod_subnet_v6_cidr)
+                               if n is not None),
         afpacket=RingOptions(
             version=cfg.afpacket_version,
             qdisc_bypass=cfg.afpacket_qdisc_bypass,

@@ -62,6 +62,10 @@ def _pod_vrf(api: VppApi, cfg: VppConfig) -> list[str]:
     for itf in interfaces.by_tag(api, names.GATEWAY_TAG):
         interfaces.delete_loopback(api, itf.sw_if_index)
         removed.append(f"gateway loopback {itf.name}")
+    for table in sorted({cfg.pod_vrf_id, cfg.main_vrf_id}):
+        for cluster in cfg.cluster_ranges:
+            if ip.delete_route(api, table, cluster):
+                removed.append(f"drop route {cluster} in table {table}")
     for subnet in cfg.pod_subnets:  # the pod VRF's own routes (pod routes go with the pods)
         default = _defaults(subnet.version == 6)
         for prefix in (subnet, default):
