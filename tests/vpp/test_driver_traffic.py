@@ -187,4 +187,4 @@ def test_the_cluster_pod_ranges_go_into_vpp_and_die_there(
         got = ipr.route("get", dst="fd00:1:0:7::9")[0].get_attr("RTA_GATEWAY")
     assert got == str(base.VPP_HOST_LL)
     dp.teardown()
-    assert not any(net in k[2] for k in fake.routes() for net in ("10.1.0.0/16", "fd00:1::/48"))
+    assert not {k[1] for k in fake.routes()} & {"10.1.0.0/16", "fd00:1::/48"}
