@@ -132,7 +132,8 @@ def targets(r: Results) -> list[Target]:
 def traffic_targets(figs: Sequence[Figures]) -> list[Target]:
     """Issue #18's targets, for the VPP setup with the default AF_PACKET options."""
     kernel = next((f for f in figs if f.label.startswith("kernel")), None)
-    vpp = next((f for f in figs if f.label.startswith("VPP") and not f.note), None)
+    vpp = next((f for f in figs if f.label.startswith("VPP") and not f.note
+                and not f.failure), None)
     if kernel is None or vpp is None:
         return []
     where = f"{vpp.label}; see the traffic section"
