@@ -37,6 +37,9 @@ class RingOptions:
     frame_size: int = GSO_FRAME  # AfPacketFrameSize: bytes per frame
     rx_frames: int = 32  # AfPacketRxFrames: frames in the receive ring (V3: per block)
     tx_frames: int = 32  # AfPacketTxFrames: frames in the transmit ring
+    # Only for measuring the alternative (pods' offloads off, Contiv's TCPChecksumOffloadDisabled):
+    # without it TCP and UDP through VPP break unless every pod computes its own checksums.
+    checksum_offload: bool = True
 
     def __post_init__(self) -> None:
         if self.version not in (2, 3):
@@ -59,7 +62,7 @@ class RingOptions:
 
     @property
     def flags(self) -> int:
-        flags = FLAG_CKSUM_GSO
+        flags = FLAG_CKSUM_GSO if self.checksum_offload else 0
         if self.qdisc_bypass:
             flags |= FLAG_QDISC_BYPASS
         if self.version == 2:
