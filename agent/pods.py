@@ -109,8 +109,10 @@ class PodManager:
 
     def add(self, req: CniRequest) -> PodRecord:
         with self.locks.hold(req.key):
-            if self.journal is not None and req.key in self.journal:
-                self._drain_key(req.key)  # an older DEL of this key still owes etcd its release
+            if self.journal is not None and self.journal.has(req.key):
+                # An older DEL of this key (maybe journaled by the plugin a moment ago) still
+                # owes its teardown and release: settled now, or it would undo this ADD later.
+                self._drain_key(req.key)
             existing = self.store.get_pod(self.node_id, req.key)
             if existing is not None:
                 if (
@@ -350,7 +352,7 @@ class PodManager:
             current = self.store.get_pod(self.node_id, key)
             if current is None or current.state != "ready":
                 return []
-            if self.journal is not None and key in self.journal:
+            if self.journal is not None and self.journal.has(key):
                 return []
             if not self.live_problems(current):
                 return []
@@ -400,7 +402,7 @@ class PodManager:
             if (
                 record is None
                 or record.state != "ready"
-                or (self.journal is not None and req.key in self.journal)
+                or (self.journal is not None and self.journal.has(req.key))
             ):
                 raise UnknownContainer(f"no attachment {req.key} on this node")
             problems = self._problems(record, req)

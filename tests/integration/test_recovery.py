@@ -6,6 +6,9 @@
 - A live pod whose wiring was damaged behind the agent's back is repaired by reconcile, with
   its recorded addresses, and reachable again.
 - A netns path that now names another namespace is a dead pod.
+- A DEL the plugin journaled on disk (agent unreachable) is settled by the next ADD of the same
+  attachment before that ADD proceeds, even when no rescan has read the entry yet: else the
+  drainer later tears the new attachment down (issue 15, defect 1).
 
 Real pieces in this process: an own etcd (stopped and started), the kernel dataplane in this
 machine's namespace, pod sides in fresh test namespaces; a lifecycle PodManager per "agent".
@@ -31,6 +34,7 @@ from agent.pools import Pools
 from agent.reconcile import reconcile
 from agent.request import CniRequest
 from agent.store import Store
+from cni_client.journal import journal_delete
 from ipam import IPAMConfig, node_networks
 from tests.helpers.etcd import EtcdServer
 from tests.helpers.netns import ping
@@ -186,6 +190,24 @@ def test_add_of_a_journaled_attachment_settles_it_first(
     assert pods.journal is not None and len(pods.journal) == 0
     assert link_exists(host_link(pods, "again"))
     assert pods.check(request("CHECK", netns, "again")).key == record.key
+    assert in_use(pods) == 1
+
+
+def test_readd_settles_a_del_the_plugin_journaled_first(
+    node: Callable[[], PodManager], make_netns: Callable[[], str], tmp_path: Path
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    first = pods.add(request("ADD", netns, "readd"))
+    # The runtime's DEL could not reach the agent: the plugin journaled it and exited 0.
+    journal_delete(str(tmp_path / "state"), "readd", "eth0", netns)
+    again = pods.add(request("ADD", netns, "readd"))  # before any rescan read the entry
+    assert pods.journal is not None and len(pods.journal) == 0
+    assert again.created > first.created, "the re-ADD answered the old, deleted attachment"
+    assert pods.drain_journal() == 0  # what the drainer does a second later
+    assert pods.check(request("CHECK", netns, "readd")).key == again.key
+    assert link_exists(host_link(pods, "readd"))
     assert in_use(pods) == 1
 
 
