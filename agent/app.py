@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 
 STARTUP_ETCD_WAIT = 60.0  # seconds an agent waits for etcd at start before it gives up
+WORKER_PREFIX = "cni-worker"  # the names of the threads that serve CNI requests
 
 
 class StartupError(Exception):
@@ -66,6 +67,7 @@ class Agent:
         self._phase = "starting"  # what start() is doing, the readiness reason until ready
         self._grpc: grpc.Server | None = None
         self._service: CniService | None = None
+        self._workers: futures.ThreadPoolExecutor | None = None
         self._rest: RestServer | None = None
         self._stopping = threading.Event()
         self._watch: threading.Thread | None = None
@@ -155,7 +157,9 @@ class Agent:
     def _serve_cni(self, service: CniService) -> None:
         path = self.config.cni_socket
         prepare_socket(path)  # again: a stale file may have appeared while reconciling
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.config.workers))
+        workers = futures.ThreadPoolExecutor(self.config.workers, thread_name_prefix=WORKER_PREFIX)
+        server = grpc.server(workers)
+        self._workers = workers
         cni_pb2_grpc.add_RemoteCNIServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         server.add_insecure_port(f"unix:{path}")
         # The socket is the node's CNI endpoint: only root may talk to it (mode 0600). The umask
@@ -212,6 +216,8 @@ class Agent:
         if self._grpc is not None:
             self._grpc.stop(grace).wait()
             self._grpc = None
+            assert self._workers is not None
+            self._workers.shutdown(wait=False)  # idle workers end; a stuck one: see agent.main
             # Only the agent that served the socket removes it: one that was refused at start
             # must not take the live agent's socket away.
             with contextlib.suppress(FileNotFoundError):

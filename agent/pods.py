@@ -42,6 +42,7 @@ from agent.request import CniRequest
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_STALE_ROUNDS = 20  # each lost round means another request replaced one of the pod's sandboxes
 
 
 class PodStore(Protocol):
@@ -108,30 +109,42 @@ class PodManager:
     # ---- ADD -------------------------------------------------------------------------------
 
     def add(self, req: CniRequest) -> PodRecord:
-        with self.locks.hold(req.key):
-            if self.journal is not None and self.journal.has(req.key):
-                # An older DEL of this key (maybe journaled by the plugin a moment ago) still
-                # owes its teardown and release: settled now, or it would undo this ADD later.
-                self._drain_key(req.key)
-            existing = self.store.get_pod(self.node_id, req.key)
-            if existing is not None:
-                if (
-                    existing.state == "ready"
-                    and existing.netns == req.netns
-                    and netns_matches(existing)
-                ):
-                    return existing  # a repeated ADD: answer what was recorded
-                self.teardown(existing)
+        # Replacing a stale sandbox takes its lock too: both locks are taken together, in the
+        # locks' one global order (two re-ADDs each holding its own lock and waiting for the
+        # other's deadlocked), and the stale sandbox is looked up again once they are held.
+        for _ in range(_STALE_ROUNDS):
             stale = self._stale_sandbox(req)
-            if stale is not None:
-                with self.locks.hold(stale.key):
-                    current = self.store.get_pod(self.node_id, stale.key)
-                    if current is not None:
-                        log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
-                        self.teardown(current)
-            record = self._add_steps(req)
-            self._remember(record)
-            return record
+            keys = [req.key] if stale is None else [req.key, stale.key]
+            with self.locks.hold(*keys):
+                if _key_of(self._stale_sandbox(req)) != _key_of(stale):
+                    continue  # another request replaced a sandbox meanwhile: look again
+                return self._add_locked(req, stale)
+        raise TryAgainLater(
+            f"the sandboxes of pod {req.pod_namespace}/{req.pod_name} keep changing",
+            f"{_STALE_ROUNDS} concurrent replacements in a row",
+        )
+
+    def _add_locked(self, req: CniRequest, stale: PodRecord | None) -> PodRecord:
+        if self.journal is not None and self.journal.has(req.key):
+            # An older DEL of this key (maybe journaled by the plugin a moment ago) still
+            # owes its teardown and release: settled now, or it would undo this ADD later.
+            self._drain_key(req.key)
+        existing = self.store.get_pod(self.node_id, req.key)
+        if existing is not None:
+            same = existing.netns == req.netns and netns_matches(existing)
+            if existing.state == "ready" and same:
+                return existing  # a repeated ADD: answer what was recorded
+            self.teardown(existing)
+        if stale is not None:
+            current = self.store.get_pod(self.node_id, stale.key)
+            if current is None:
+                self._forget(stale.key)  # gone from etcd already: nothing left to replace
+            else:
+                log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
+                self.teardown(current)
+        record = self._add_steps(req)
+        self._remember(record)
+        return record
 
     def _add_steps(self, req: CniRequest) -> PodRecord:
         undo = UndoStack()
@@ -441,6 +454,10 @@ class PodManager:
 
     def records(self) -> list[PodRecord]:
         return self.store.list_pods(self.node_id)
+
+
+def _key_of(record: PodRecord | None) -> PodKey | None:
+    return None if record is None else record.key
 
 
 def _prev_result_problems(prev: object, record: PodRecord) -> list[str]:

@@ -16,8 +16,6 @@ machine's namespace, pod sides in fresh test namespaces; a lifecycle PodManager 
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -26,18 +24,13 @@ from typing import TypeVar
 
 import pytest
 
-from agent.dataplane.kernel import KernelDataplane
 from agent.errors import TryAgainLater, UnknownContainer
-from agent.journal import DeleteJournal
 from agent.pods import PodManager
-from agent.pools import Pools
 from agent.reconcile import reconcile
-from agent.request import CniRequest
-from agent.store import Store
 from cni_client.journal import journal_delete
-from ipam import IPAMConfig, node_networks
 from tests.helpers.etcd import EtcdServer
 from tests.helpers.netns import ping
+from tests.integration.lifecycle import host_link, in_use, link_exists, managers, request
 
 SUBNET = "10.236.0.0/16"
 T = TypeVar("T")
@@ -52,45 +45,8 @@ def etcd() -> Iterator[EtcdServer]:
 @pytest.fixture
 def node(etcd: EtcdServer, tmp_path: Path) -> Iterator[Callable[[], PodManager]]:
     """Builds "agents" for one node: same etcd prefix, gateway link and state dir."""
-    cfg, _ = IPAMConfig.from_mapping({"PodSubnetCIDR": SUBNET})
-    networks = node_networks(cfg, 1)
-    prefix = networks.pod_subnets[0].prefixlen
-    gateways = [ipaddress.ip_interface(f"{networks.gateways[0]}/{prefix}")]
-    suffix = secrets.token_hex(3)
-    gw_ifname, host_prefix, etcd_prefix = f"vse{suffix}", f"e{suffix[:3]}", f"/down-{suffix}/"
-    stores: list[Store] = []
-
-    def make() -> PodManager:
-        store = Store(etcd.endpoints, etcd_prefix, timeout=1.0)
-        stores.append(store)
-        dataplane = KernelDataplane(gateways, 1400, gw_ifname, host_prefix)
-        dataplane.start()
-        journal = DeleteJournal(tmp_path / "state" / "pending-deletes")
-        return PodManager(1, store, dataplane, Pools(networks), 1400, journal=journal)
-
-    try:
+    with managers(etcd.endpoints, tmp_path / "state", SUBNET) as make:
         yield make
-    finally:
-        for store in stores:
-            store.close()
-        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        for line in links.splitlines():
-            name = line.split(":")[1].strip().split("@")[0]
-            if name.startswith(host_prefix) or name == gw_ifname:
-                subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
-
-
-def request(verb: str, netns: str, container_id: str) -> CniRequest:
-    return CniRequest(
-        verb=verb, cni_version="1.1.0", container_id=container_id, ifname="eth0",
-        netns=netns, config={}, args={"K8S_POD_NAMESPACE": "ns", "K8S_POD_NAME": container_id},
-    )
-
-
-def host_link(pods: PodManager, container_id: str) -> str:
-    dp = pods.dataplane
-    assert isinstance(dp, KernelDataplane)
-    return dp.host_prefix + request("ADD", "/x", container_id).key.digest()
 
 
 def retry_while_unreachable(call: Callable[[], T]) -> T:
@@ -102,16 +58,6 @@ def retry_while_unreachable(call: Callable[[], T]) -> T:
         except TryAgainLater:
             time.sleep(0.1)
     return call()
-
-
-def link_exists(name: str) -> bool:
-    return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
-
-
-def in_use(pods: PodManager) -> int:
-    used = pods.pools.usage()[0]["inUse"]
-    assert isinstance(used, int)
-    return used
 
 
 def test_del_while_etcd_down_is_journaled_and_settled_by_the_drainer(
