@@ -83,7 +83,13 @@ class DeleteJournal:
         return self.directory / f"{key.digest(32)}.json"
 
     def add(self, key: PodKey, record: PodRecord | None) -> None:
-        """Durably notes that `key`'s (already detached) record and addresses must be released."""
+        """Durably notes that `key`'s (already detached) record and addresses must be released.
+
+        Without a record, the one a pending entry of `key` knew is kept (the addresses it
+        lists are released when etcd no longer has the record)."""
+        if record is None:
+            earlier = self.get(key)
+            record = earlier.record if earlier is not None else None
         netns = record.netns if record else ""
         data = {
             "container_id": key.container_id,

@@ -36,7 +36,7 @@ from agent.errors import CniError, InternalError, TryAgainLater, UnknownContaine
 from agent.journal import DeleteJournal
 from agent.locks import KeyedLocks
 from agent.metrics import Metrics
-from agent.model import PodKey, PodNetwork, PodRecord, Wiring
+from agent.model import IPInterface, PodKey, PodNetwork, PodRecord, Wiring
 from agent.pools import Pools
 from agent.request import CniRequest
 
@@ -150,7 +150,8 @@ class PodManager:
         undo = UndoStack()
         try:
             addresses = self._phase("allocate", self.pools.allocate)
-            undo.push("return addresses", lambda: self.pools.release(addresses))
+            sent: list[PodRecord] = []  # the record, once its write is sent
+            undo.push("release", lambda: self._unwrite(req.key, addresses, sent))
             record = PodRecord(
                 container_id=req.container_id,
                 ifname=req.ifname,
@@ -165,9 +166,7 @@ class PodManager:
                 created=time.time(),
                 netns_inode=netns_identity(req.netns),
             )
-            # Pushed before the write: a write whose answer is lost (timeout, connection drop)
-            # may still have committed, and deleting an absent record is a no-op.
-            undo.push("delete record", lambda: self.store.delete_pod(self.node_id, req.key))
+            sent.append(copy.deepcopy(record))
             self._phase("record", lambda: self.store.put_pod(self.node_id, record))
             pod = record.network()
             wiring = self._phase("wire", lambda: self.dataplane.attach(pod, undo))
@@ -187,6 +186,25 @@ class PodManager:
             if isinstance(exc, CniError):
                 raise
             raise InternalError(f"ADD failed unexpectedly: {type(exc).__name__}", str(exc)) from exc
+
+    def _unwrite(self, key: PodKey, addresses: list[IPInterface], sent: list[PodRecord]) -> None:
+        """Undoes allocate and record of a failed ADD, last on its undo stack.
+
+        A write whose answer was lost (a timeout, a dropped connection) may still have been
+        applied, even the final "ready" one: the record is deleted whatever it holds now.
+        When etcd does not answer that delete either, the outcome stays unknown: the undo is
+        journaled like a DEL (the drainer settles it, an ADD or DEL of the key first) and the
+        addresses stay reserved until then, so they are not handed out twice."""
+        if sent:
+            try:
+                self.store.delete_pod(self.node_id, key)
+            except TryAgainLater:
+                if self.journal is None:
+                    raise  # the addresses stay reserved: etcd may hold them
+                self.journal.add(key, sent[0])
+                log.warning("ADD %s failed and etcd did not answer its undo: journaled", key)
+                return
+        self.pools.release(addresses)
 
     def _phase(self, name: str, step: Callable[[], T]) -> T:
         start = time.perf_counter()
@@ -237,6 +255,16 @@ class PodManager:
         With etcd unreachable the dataplane is still torn down and the release journaled
         (agent/journal): the pod is gone at once, etcd and the pools catch up later."""
         with self.locks.hold(req.key):
+            if self.journal is not None and self.journal.has(req.key):
+                # The attachment's DEL (or a failed ADD's undo) is journaled already: settling
+                # it is this DEL. Doing the DEL besides would release the addresses twice.
+                try:
+                    self._drain_key(req.key)
+                except TryAgainLater:
+                    entry = self.journal.get(req.key)
+                    if entry is not None and not entry.detached:
+                        self._delete_offline(req)  # the plugin's entry: tear it down now
+                return
             try:
                 record = self.store.get_pod(self.node_id, req.key)
             except TryAgainLater:

@@ -6,6 +6,9 @@
 - A live pod whose wiring was damaged behind the agent's back is repaired by reconcile, with
   its recorded addresses, and reachable again.
 - A netns path that now names another namespace is a dead pod.
+- An ADD whose final write etcd applied but answered too late (the ADD fails with 11), etcd then
+  not answering the undo's delete either: the undo is journaled like a DEL, the address stays
+  reserved, and once etcd answers no record is left, "ready" or not (issue 15, defect 5).
 - A DEL the plugin journaled on disk (agent unreachable) is settled by the next ADD of the same
   attachment before that ADD proceeds, even when no rescan has read the entry yet: else the
   drainer later tears the new attachment down (issue 15, defect 1).
@@ -20,11 +23,12 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
 from agent.errors import TryAgainLater, UnknownContainer
+from agent.model import PodRecord
 from agent.pods import PodManager
 from agent.reconcile import reconcile
 from cni_client.journal import journal_delete
@@ -155,6 +159,72 @@ def test_readd_settles_a_del_the_plugin_journaled_first(
     assert pods.check(request("CHECK", netns, "readd")).key == again.key
     assert link_exists(host_link(pods, "readd"))
     assert in_use(pods) == 1
+
+
+class LateEtcd:
+    """The store, except that etcd applies the ADD's final write but its answer comes after the
+    deadline, and etcd then answers nothing (the undo's delete) until the test says so."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def update_pod(
+        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
+    ) -> None:
+        self._real.update_pod(node_id, record, previous)
+        raise TryAgainLater("etcd is unreachable (update pod)", "answered after the deadline")
+
+    def delete_pod(self, *args: Any, **kwargs: Any) -> PodRecord | None:
+        raise TryAgainLater("etcd is unreachable (delete pod)", "no answer")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_an_add_whose_final_write_is_answered_late_leaves_no_record(
+    node: Callable[[], PodManager], make_netns: Callable[[], str]
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    real = pods.store
+    pods.store = LateEtcd(real)
+    with pytest.raises(TryAgainLater):
+        pods.add(request("ADD", netns, "late"))
+    pods.store = real
+    key = request("ADD", netns, "late").key
+    assert not link_exists(host_link(pods, "late"))
+    assert in_use(pods) == 1, "released while etcd may still hold the allocation"
+    assert pods.journal is not None and pods.journal.has(key)
+
+    assert pods.drain_journal() == 0  # etcd answers again
+    assert real.get_pod(1, key) is None, "the failed ADD left its record"
+    assert real.list_allocations(1) == {}  # type: ignore[attr-defined]
+    assert in_use(pods) == 0
+    again = pods.add(request("ADD", netns, "late"))  # the runtime's retry
+    assert pods.check(request("CHECK", netns, "late")).key == again.key
+    assert in_use(pods) == 1
+
+
+def test_the_runtimes_del_after_a_late_answered_add_releases_once(
+    node: Callable[[], PodManager], make_netns: Callable[[], str]
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    real = pods.store
+    pods.store = LateEtcd(real)
+    with pytest.raises(TryAgainLater):
+        pods.add(request("ADD", netns, "late"))
+    pods.store = real
+    journaled = pods.journal.get(request("DEL", netns, "late").key) if pods.journal else None
+    assert journaled is not None and journaled.record is not None
+    pods.delete(request("DEL", netns, "late"))  # etcd answers again before the drainer runs
+    assert in_use(pods) == 0
+    pods.pools.reserve(journaled.record.addresses)  # the freed address is handed out again
+    pods.drain_journal()
+    assert in_use(pods) == 1, "an address was released twice: a live pod's is free again"
+    assert real.list_allocations(1) == {}  # type: ignore[attr-defined]
 
 
 def test_reconcile_treats_a_reused_netns_path_as_dead(
