@@ -37,16 +37,19 @@ def etcd() -> Iterator[EtcdServer]:
             server.thaw()
 
 
-def process_state(pid: int) -> str:
-    """The state letter of /proc/PID/stat (T: stopped)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2]
+def all_stopped(pid: int) -> bool:
+    """Every thread of the process is stopped (T): /proc/PID/stat shows the main thread only."""
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        text = stat.read_text()
+        if text[text.rindex(")") + 2] != "T":
+            return False
+    return True
 
 
 def wait_stopped(pid: int, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process_state(pid) == "T":
+        if all_stopped(pid):
             return True
         time.sleep(0.01)
     return False
@@ -66,10 +69,12 @@ def test_final_write_answered_late_leaves_no_phantom_record(
         adding = pool.submit(node.call, "ADD", pod)
         stopped = wait_stopped(agent.process.pid)
         etcd.freeze()
+        frozen = all(wait_stopped(m.proc.pid) for m in etcd.members if m.proc is not None)
         agent.process.send_signal(signal.SIGCONT)
         outcome = adding.result()
     context = f"ADD with etcd frozen at its final write: {outcome} after {outcome.seconds:.2f} s"
     assert stopped, f"the agent never reached add:podside; {context}\n{node.log()}"
+    assert frozen, "etcd did not stop"
     assert outcome.code == 11, f"{context}\n{node.log()}"
     node.record(outcome)
     etcd.thaw()
