@@ -54,7 +54,9 @@ def hit(name: str) -> None:
     for handler in logging.getLogger().handlers:
         handler.flush()
     if action == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # To this thread: a process-wide SIGSTOP is taken by the main thread, and this one
+        # would run on (say, send the next etcd request) until the group stop reaches it.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     elif action == "hang":
         threading.Event().wait()
     else:

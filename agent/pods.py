@@ -4,7 +4,8 @@ ADD is a sequence of steps, each pushing its inverse on an undo stack; when a st
 stack unwinds, so a failed ADD leaves no interface, route, address or record behind:
 
     1. allocate     addresses from the node pools      (undo: return them)
-    2. record       record + allocation keys in etcd   (undo: delete both, one transaction)
+    2. record       record + allocation keys in etcd   (undo: delete both, one transaction;
+                    etcd not answering: journaled like a DEL, addresses kept until settled)
     3. wire         dataplane host side + pod interface (undo: the driver's own steps)
     4. podside      addresses, neighbor, routes in the pod netns (removed with the interface)
     5. commit       record marked ready with its wiring
@@ -13,10 +14,11 @@ A record in state "adding" therefore means an ADD that never answered success; r
 treats it as garbage. Requests for one (container ID, ifname) run one at a time; different pods
 run in parallel (agent/locks).
 
-The manager also keeps the node's records in memory (loaded at reconcile, updated by every
-ADD and DEL: this agent is their only writer). etcd stays the truth for every decision; the copy
-finds a pod's older sandbox without listing etcd on every ADD, and lets a DEL tear a pod down
-while etcd is unreachable (agent/journal keeps the release until etcd is back).
+The manager also keeps a copy of the node's records (agent/known: loaded at reconcile, updated
+by every ADD and DEL, this agent being their only writer, mirrored on the node's disk). etcd
+stays the truth for every decision; the copy finds a pod's older sandbox without listing etcd on
+every ADD, lets a DEL tear a pod down while etcd is unreachable (agent/journal keeps the release
+until etcd is back), and gives etcd back the records it lost (restore_records).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 from agent import failpoints, podside
 from agent.dataplane import Dataplane, UndoStack
 from agent.errors import CniError, InternalError, TryAgainLater, UnknownContainer
 from agent.journal import DeleteJournal
+from agent.known import KnownRecords
 from agent.locks import KeyedLocks
 from agent.metrics import Metrics
 from agent.model import IPInterface, PodKey, PodNetwork, PodRecord, Wiring
@@ -91,6 +95,7 @@ class PodManager:
         metrics: Metrics | None = None,
         pod_side: PodSide = podside,
         journal: DeleteJournal | None = None,
+        records_dir: str | Path | None = None,
     ) -> None:
         self.node_id = node_id
         self.store = store
@@ -101,14 +106,20 @@ class PodManager:
         self.locks = KeyedLocks()
         self.pod_side = pod_side
         self.journal = journal
-        self._known: dict[PodKey, PodRecord] = {}
-        self._known_lock = threading.Lock()
+        self.known = KnownRecords(records_dir)
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
+        self._refusing = ""
 
     # ---- ADD -------------------------------------------------------------------------------
 
+    def refuse_adds(self, reason: str) -> None:
+        """ADDs fail with `reason` until called with "" (agent/binding: the node ID is lost)."""
+        self._refusing = reason
+
     def add(self, req: CniRequest) -> PodRecord:
+        if self._refusing:
+            raise TryAgainLater("this node cannot take pods now", self._refusing)
         # Replacing a stale sandbox takes its lock too: both locks are taken together, in the
         # locks' one global order (two re-ADDs each holding its own lock and waiting for the
         # other's deadlocked), and the stale sandbox is looked up again once they are held.
@@ -219,8 +230,7 @@ class PodManager:
         """An older sandbox of the same pod (namespace/name, same ifname) left behind."""
         if not (req.pod_namespace and req.pod_name):
             return None
-        with self._known_lock:
-            records = list(self._known.values())
+        records = self.known.all()
         for record in records:
             if (
                 record.pod_namespace == req.pod_namespace
@@ -232,20 +242,37 @@ class PodManager:
                 return record
         return None
 
-    # ---- the in-memory copy of this node's records --------------------------------------------
+    # ---- the node's copy of its records (agent/known) ----------------------------------------
 
     def load(self, records: Iterable[PodRecord]) -> None:
-        """Replaces the in-memory copy (reconcile calls this with the surviving records)."""
-        with self._known_lock:
-            self._known = {r.key: r for r in records}
+        """Replaces the copy (reconcile calls this with the surviving records)."""
+        self.known.load(records)
+
+    def restore_records(self) -> list[str]:
+        """Writes back the records etcd lost (wiped, restored from an old backup) from the
+        in-memory copy, with their allocation keys; returns the keys written. A pod is never
+        removed because etcd forgot it."""
+        present = {r.key for r in self.store.list_pods(self.node_id)}
+        missing = [r.key for r in self.known.all() if r.key not in present]
+        restored: list[str] = []
+        for key in missing:
+            with self.locks.hold(key):
+                record = self.known.get(key)
+                if record is None or (self.journal is not None and self.journal.has(key)):
+                    continue  # deleted meanwhile
+                try:
+                    if self.store.get_pod(self.node_id, key) is None:
+                        self.store.put_pod(self.node_id, record)
+                        restored.append(str(key))
+                except CniError as exc:
+                    log.error("record of %s not written back: %s", key, exc)
+        return restored
 
     def _remember(self, record: PodRecord) -> None:
-        with self._known_lock:
-            self._known[record.key] = record
+        self.known.remember(record)
 
     def _forget(self, key: PodKey) -> None:
-        with self._known_lock:
-            self._known.pop(key, None)
+        self.known.forget(key)
 
     # ---- DEL -------------------------------------------------------------------------------
 
@@ -296,8 +323,7 @@ class PodManager:
         failpoints.hit("del:release")
 
     def _delete_offline(self, req: CniRequest) -> None:
-        with self._known_lock:
-            record = self._known.get(req.key)
+        record = self.known.get(req.key)
         self._detach(req.key, req.netns, record)
         failpoints.hit("del:detach")
         self._journal(req.key, record)
@@ -423,8 +449,7 @@ class PodManager:
 
     def repair_all(self) -> dict[str, list[str]]:
         """Repairs every known attachment; returns those still damaged, with their problems."""
-        with self._known_lock:
-            keys = list(self._known)
+        keys = [r.key for r in self.known.all()]
         damaged: dict[str, list[str]] = {}
         for key in keys:
             try:

@@ -76,6 +76,7 @@ class Store:
         self.endpoints = list(endpoints)
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.timeout = timeout
+        self._held: dict[int, bytes] = {}  # node ID -> its binding's value, as this agent holds it
         eps = [
             pyetcd.Endpoint(
                 host, port, secure=False, time_retry=min(timeout, 1.0), opts=_GRPC_OPTIONS
@@ -145,7 +146,9 @@ class Store:
         for _ in range(_MAX_ROUNDS):
             raw, _meta = self._get(name_key)
             if raw is not None:
-                return _check_bound(node_name, int(load(raw, name_key)["id"]), max_id)
+                node_id = _check_bound(node_name, int(load(raw, name_key)["id"]), max_id)
+                self._hold(node_id, self._get(self._node_id_key(node_id))[0])
+                return node_id
             taken = self._taken_ids()
             node_id = next(i for i in itertools.count(1) if i not in taken)
             if node_id > max_id:
@@ -163,10 +166,69 @@ class Store:
                 [tx.Version(id_key) == 0, tx.Version(name_key) == 0],
                 [tx.Put(id_key, value), tx.Put(name_key, value)],
             ):
+                self._hold(node_id, value)
                 return node_id
         raise TryAgainLater(
             f"could not claim a node ID for {node_name}", f"lost {_MAX_ROUNDS} races in a row"
         )
+
+    def bind_node_id(self, node_name: str, node_id: int) -> tuple[str, bool]:
+        """Makes sure `node_id` is bound to `node_name`, re-creating what etcd lost (etcd wiped,
+        or restored from an old backup). Returns ("", written) when the binding holds (again;
+        written: it had to be re-created), else (the node holding the ID now, False): then
+        nothing is written.
+
+        The id key is create-if-absent, so a node that claimed the ID meanwhile keeps it; the
+        name key is pointed (back) at `node_id`, guarded by its mod revision."""
+        id_key, name_key = self._node_id_key(node_id), self._node_name_key(node_name)
+        value = dump({"name": node_name, "id": node_id, "since": time.time()})
+        for _ in range(_MAX_ROUNDS):
+            id_raw, id_meta = self._get(id_key)
+            holder = node_name if id_raw is None else str(load(id_raw, id_key).get("name"))
+            if holder != node_name:
+                return holder, False
+            name_raw, name_meta = self._get(name_key)
+            named = None if name_raw is None else load(name_raw, name_key).get("id")
+            if id_raw is not None and named == node_id:
+                self._hold(node_id, id_raw)
+                return "", False
+            if id_raw is None:
+                compare, ops = [tx.Version(id_key) == 0], [tx.Put(id_key, value)]
+            else:
+                compare, ops = [tx.Mod(id_key) == id_meta.mod_revision], []
+            compare.append(
+                tx.Version(name_key) == 0
+                if name_raw is None
+                else tx.Mod(name_key) == name_meta.mod_revision
+            )
+            ops.append(tx.Put(name_key, value if id_raw is None else id_raw))
+            if self._txn(f"bind node ID {node_id} to {node_name}", compare, ops):
+                self._hold(node_id, value if id_raw is None else id_raw)
+                return "", True
+        raise TryAgainLater(f"could not bind node ID {node_id} to {node_name}", "busy")
+
+    def _hold(self, node_id: int, value: bytes | None) -> None:
+        """Notes the binding this process holds: every pod write for `node_id` from now on is
+        guarded by it, so no address of a node ID that etcd gave another node (after a wipe or
+        a restore) is ever written as allocated here."""
+        if value is not None:
+            self._held[node_id] = value
+
+    def _held_compare(self, node_id: int) -> list[Any]:
+        value = self._held.get(node_id)
+        return [] if value is None else [tx.Value(self._node_id_key(node_id)) == value]
+
+    def _check_held(self, node_id: int) -> None:
+        value = self._held.get(node_id)
+        if value is None:
+            return
+        raw, _meta = self._get(self._node_id_key(node_id))
+        if raw != value:
+            holder = "nobody" if raw is None else f"node {load(raw, 'node id').get('name')}"
+            raise TryAgainLater(
+                f"this node's ID {node_id} is no longer bound to it in etcd",
+                f"held by {holder} now (etcd wiped or restored from a backup?)",
+            )
 
     def release_node_id(self, node_name: str) -> bool:
         """Frees the node's ID (explicit operator action); False if it held none."""
@@ -208,7 +270,7 @@ class Store:
         the other owner."""
         pod_key = self._pod_key(node_id, record.key)
         ips = _ips(record.addresses, pod_key)
-        compare = [tx.Version(pod_key) == 0]
+        compare = [tx.Version(pod_key) == 0, *self._held_compare(node_id)]
         compare += [tx.Version(self._alloc_key(node_id, ip)) == 0 for ip in ips]
         ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
         ops += [self._alloc_put(node_id, ip, record, time.time()) for ip in ips]
@@ -226,6 +288,7 @@ class Store:
         pod_key = self._pod_key(node_id, record.key)
         if previous is not None and previous.addresses == record.addresses:
             compare = [tx.Value(pod_key) == dump(previous.to_json_dict())]
+            compare += self._held_compare(node_id)
             ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
             if self._txn(f"update pod {record.key}", compare, ops):
                 return
@@ -235,6 +298,7 @@ class Store:
         pod_key = self._pod_key(node_id, record.key)
         ips = _ips(record.addresses, pod_key)
         for _ in range(_MAX_ROUNDS):
+            self._check_held(node_id)
             old_raw, old_meta = self._get(pod_key)
             if old_raw is None and must_exist:
                 raise UnknownContainer(f"no pod record for {record.key} on node {node_id}")
@@ -243,6 +307,7 @@ class Store:
                 if old_raw is None
                 else [tx.Mod(pod_key) == old_meta.mod_revision]
             )
+            compare += self._held_compare(node_id)
             ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
             for ip in ips:
                 self._claim_ip(node_id, ip, record, compare, ops)

@@ -12,10 +12,13 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from agent.errors import InvalidConfig
+from agent.errors import InvalidConfig, TryAgainLater
+from agent.model import PodRecord
 from agent.nodes import NodeIdentity, release
 from agent.store import Store
 from ipam import IPAMConfig
@@ -124,3 +127,76 @@ def test_one_member_down_still_serves(cluster3: EtcdCluster, prefix: str) -> Non
     finally:
         store.close()
         cluster3.start(0)
+
+
+def _record(cid: str, ip: str) -> PodRecord:
+    return PodRecord(container_id=cid, ifname="eth0", netns="/run/netns/x",
+                     addresses=[f"{ip}/32"], gateways=["10.1.1.1"])
+
+
+def _reconnected(store: Store) -> None:
+    """Waits until the client reaches the restarted etcd (a refused call is skipped for 1 s)."""
+    for _ in range(50):
+        try:
+            store.ping()
+            return
+        except TryAgainLater:
+            time.sleep(0.1)
+    store.ping()
+
+
+def test_a_lost_binding_is_bound_again_and_guards_pod_writes(
+    etcd: EtcdServer, prefix: str, tmp_path: Path
+) -> None:
+    """Issue 15, defect 2: etcd wiped under a running agent."""
+    cfg, _ = IPAMConfig.from_mapping({})
+    store = Store(etcd.endpoints, prefix)
+    other = Store(etcd.endpoints, prefix)
+    try:
+        assert NodeIdentity(store, "a", cfg, str(tmp_path)).acquire() == 1
+        store.put_pod(1, _record("before", "10.1.1.2"))
+        assert store.bind_node_id("a", 1) == ("", False)
+        etcd.wipe()
+        _reconnected(store)
+        with pytest.raises(TryAgainLater, match="no longer bound"):
+            store.put_pod(1, _record("window", "10.1.1.3"))  # nothing written while unbound
+        assert store.list_allocations(1) == {}
+        assert store.bind_node_id("a", 1) == ("", True)
+        assert other.node_ids() == {"a": 1}
+        store.put_pod(1, _record("after", "10.1.1.4"))
+        assert set(store.list_allocations(1)) == {"10.1.1.4"}
+
+        etcd.wipe()
+        _reconnected(store)
+        _reconnected(other)
+        assert other.claim_node_id("b", 254) == 1  # another node took the ID meanwhile
+        assert store.bind_node_id("a", 1) == ("b", False)
+        with pytest.raises(TryAgainLater, match="held by node b"):
+            store.put_pod(1, _record("refused", "10.1.1.5"))
+        assert other.list_allocations(1) == {}
+    finally:
+        store.close()
+        other.close()
+
+
+def test_a_restarted_agent_takes_its_remembered_id_back_after_a_wipe(
+    etcd: EtcdServer, prefix: str, tmp_path: Path
+) -> None:
+    cfg, _ = IPAMConfig.from_mapping({})
+    store = Store(etcd.endpoints, prefix)
+    try:
+        for name in ("a", "b", "c"):
+            state = tmp_path / name
+            assert NodeIdentity(store, name, cfg, str(state)).acquire() > 0
+        etcd.wipe()
+        _reconnected(store)
+        # c restarts first: without its state dir it would take ID 1, a's subnet
+        assert NodeIdentity(store, "c", cfg, str(tmp_path / "c")).acquire() == 3
+        assert NodeIdentity(store, "a", cfg, str(tmp_path / "a")).acquire() == 1
+        assert NodeIdentity(store, "new", cfg, str(tmp_path / "new")).acquire() == 2
+        # b's ID went to "new": b gets a free one (and remembers it) instead of sharing one
+        assert NodeIdentity(store, "b", cfg, str(tmp_path / "b")).acquire() == 4
+        assert (tmp_path / "b" / "node-id").read_text().strip() == "4"
+        assert store.node_ids() == {"a": 1, "new": 2, "c": 3, "b": 4}
+    finally:
+        store.close()
