@@ -1,7 +1,7 @@
 """The pod lifecycle: the ADD, DEL, CHECK and GC steps, serialized per attachment.
 
-ADD is a sequence of steps, each pushing its inverse on an undo stack; when a step fails the
-stack unwinds, so a failed ADD leaves no interface, route, address or record behind:
+ADD is a sequence of steps (agent/adding), each pushing its inverse on an undo stack; when a
+step fails the stack unwinds, so a failed ADD leaves no interface, route, address or record:
 
     1. allocate     addresses from the node pools      (undo: return them)
     2. record       record + allocation keys in etcd   (undo: delete both, one transaction;
@@ -27,47 +27,24 @@ import copy
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
 
 from agent import failpoints, podside
+from agent.adding import PodSide, PodStore, add_steps, netns_matches
 from agent.dataplane import Dataplane, UndoStack
-from agent.errors import CniError, InternalError, TryAgainLater, UnknownContainer
+from agent.errors import CniError, TryAgainLater, UnknownContainer
 from agent.journal import DeleteJournal
 from agent.known import KnownRecords
 from agent.locks import KeyedLocks
 from agent.metrics import Metrics
-from agent.model import IPInterface, PodKey, PodNetwork, PodRecord, Wiring
+from agent.model import PodKey, PodNetwork, PodRecord, Wiring
 from agent.pools import Pools
 from agent.request import CniRequest
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 _STALE_ROUNDS = 20  # each lost round means another request replaced one of the pod's sandboxes
-
-
-class PodStore(Protocol):
-    """The part of agent/store the lifecycle uses (etcd in production)."""
-
-    def put_pod(self, node_id: int, record: PodRecord) -> None: ...
-    def update_pod(
-        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
-    ) -> None: ...
-    def delete_pod(
-        self, node_id: int, key: PodKey, known: PodRecord | None = None
-    ) -> PodRecord | None: ...
-    def get_pod(self, node_id: int, key: PodKey) -> PodRecord | None: ...
-    def list_pods(self, node_id: int) -> list[PodRecord]: ...
-
-
-class PodSide(Protocol):
-    """Pod-namespace configuration (agent/podside in production)."""
-
-    def configure(self, pod: PodNetwork, gateway_mac: str) -> str: ...
-    def check(self, pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]: ...
 
 
 class CheckFailed(CniError):
@@ -153,78 +130,9 @@ class PodManager:
             else:
                 log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
                 self.teardown(current)
-        record = self._add_steps(req)
+        record = add_steps(self, req)
         self._remember(record)
         return record
-
-    def _add_steps(self, req: CniRequest) -> PodRecord:
-        undo = UndoStack()
-        try:
-            addresses = self._phase("allocate", self.pools.allocate)
-            sent: list[PodRecord] = []  # the record, once its write is sent
-            undo.push("release", lambda: self._unwrite(req.key, addresses, sent))
-            record = PodRecord(
-                container_id=req.container_id,
-                ifname=req.ifname,
-                netns=req.netns,
-                addresses=[str(a) for a in addresses],
-                gateways=[str(g) for g in self.pools.gateways],
-                pod_namespace=req.pod_namespace,
-                pod_name=req.pod_name,
-                pod_uid=req.pod_uid,
-                cni_version=req.cni_version,
-                mtu=self.mtu,
-                created=time.time(),
-                netns_inode=netns_identity(req.netns),
-            )
-            sent.append(copy.deepcopy(record))
-            self._phase("record", lambda: self.store.put_pod(self.node_id, record))
-            pod = record.network()
-            wiring = self._phase("wire", lambda: self.dataplane.attach(pod, undo))
-            gateway_mac = wiring.gateway_mac
-            pod_mac = self._phase("podside", lambda: self.pod_side.configure(pod, gateway_mac))
-            written = copy.deepcopy(record)
-            record.wiring = asdict(
-                Wiring(wiring.host_ifname, pod_mac, wiring.gateway_mac, wiring.extra)
-            )
-            record.state = "ready"
-            self._phase("commit", lambda: self.store.update_pod(self.node_id, record, written))
-            return record
-        except BaseException as exc:
-            failed = undo.unwind()
-            if failed:
-                log.error("ADD %s failed and could not undo everything: %s", req.key, failed)
-            if isinstance(exc, CniError):
-                raise
-            raise InternalError(f"ADD failed unexpectedly: {type(exc).__name__}", str(exc)) from exc
-
-    def _unwrite(self, key: PodKey, addresses: list[IPInterface], sent: list[PodRecord]) -> None:
-        """Undoes allocate and record of a failed ADD, last on its undo stack.
-
-        A write whose answer was lost (a timeout, a dropped connection) may still have been
-        applied, even the final "ready" one: the record is deleted whatever it holds now.
-        When etcd does not answer that delete either, the outcome stays unknown: the undo is
-        journaled like a DEL (the drainer settles it, an ADD or DEL of the key first) and the
-        addresses stay reserved until then, so they are not handed out twice."""
-        if sent:
-            try:
-                self.store.delete_pod(self.node_id, key)
-            except TryAgainLater:
-                if self.journal is None:
-                    raise  # the addresses stay reserved: etcd may hold them
-                self.journal.add(key, sent[0])
-                log.warning("ADD %s failed and etcd did not answer its undo: journaled", key)
-                return
-        self.pools.release(addresses)
-
-    def _phase(self, name: str, step: Callable[[], T]) -> T:
-        start = time.perf_counter()
-        try:
-            result = step()
-        finally:
-            self.metrics.phase(name, time.perf_counter() - start)
-        failpoints.hit(f"add:{name}")
-        return result
 
     def _stale_sandbox(self, req: CniRequest) -> PodRecord | None:
         """An older sandbox of the same pod (namespace/name, same ifname) left behind."""
@@ -524,20 +432,3 @@ def _prev_result_problems(prev: object, record: PodRecord) -> list[str]:
         else set()
     )
     return [f"prevResult lacks address {a}" for a in record.addresses if a not in listed]
-
-
-def netns_identity(path: str) -> str:
-    """'device:inode' of a network namespace file, "" when it cannot be read.
-
-    A path alone does not name a namespace for ever: /proc/PID/ns/net points at another one once
-    the PID is reused, and a bind-mount path can be reused by a new sandbox."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return ""
-    return f"{st.st_dev}:{st.st_ino}"
-
-
-def netns_matches(record: PodRecord) -> bool:
-    """The record's netns path still names the namespace ADD wired (unknown inode: trusted)."""
-    return not record.netns_inode or netns_identity(record.netns) == record.netns_inode

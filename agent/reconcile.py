@@ -23,9 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.adding import netns_matches
 from agent.errors import CniError
 from agent.model import PodRecord
-from agent.pods import PodManager, netns_matches
+from agent.pods import PodManager
 
 log = logging.getLogger(__name__)
 
