@@ -222,13 +222,19 @@ class Store:
         value = self._held.get(node_id)
         if value is None:
             return
-        raw, _meta = self._get(self._node_id_key(node_id))
-        if raw != value:
-            holder = "nobody" if raw is None else f"node {load(raw, 'node id').get('name')}"
-            raise TryAgainLater(
-                f"this node's ID {node_id} is no longer bound to it in etcd",
-                f"held by {holder} now (etcd wiped or restored from a backup?)",
-            )
+        key = self._node_id_key(node_id)
+        raw, _meta = self._get(key)
+        if raw == value:
+            return
+        holder = None if raw is None else load(raw, key).get("name")
+        if raw is not None and holder == load(value, key).get("name"):
+            self._held[node_id] = raw  # still this node's (a backup of its own older claim)
+            return
+        raise TryAgainLater(
+            f"this node's ID {node_id} is no longer bound to it in etcd",
+            f"held by {'nobody' if raw is None else f'node {holder}'} now "
+            "(etcd wiped or restored from a backup?)",
+        )
 
     def release_node_id(self, node_name: str) -> bool:
         """Frees the node's ID (explicit operator action); False if it held none."""

@@ -165,6 +165,10 @@ def test_a_lost_binding_is_bound_again_and_guards_pod_writes(
         assert other.node_ids() == {"a": 1}
         store.put_pod(1, _record("after", "10.1.1.4"))
         assert set(store.list_allocations(1)) == {"10.1.1.4"}
+        # the binding rewritten for this same node (a backup of its own older claim): still its
+        assert other.release_node_id("a") and other.claim_node_id("a", 254) == 1
+        store.put_pod(1, _record("same-node", "10.1.1.6"))
+        assert set(store.list_allocations(1)) == {"10.1.1.4", "10.1.1.6"}
 
         etcd.wipe()
         _reconnected(store)
