@@ -42,6 +42,7 @@ class BindingGuard:
         self.node_id = node_id
         self.pods = pods
         self.lost = ""
+        self._restore_pending = False  # bound again, the records not all written back yet
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -67,7 +68,14 @@ class BindingGuard:
         if written or self.lost:
             log.warning("etcd had lost node ID %d of %s: bound again", self.node_id,
                         self.node_name)
-            restored = self.pods.restore_records()
+            self._restore_pending = True
+        if self._restore_pending:
+            try:
+                restored = self.pods.restore_records()
+            except CniError as exc:  # etcd went away again: the next check tries again
+                log.warning("pod records not written back yet: %s", exc)
+                return
+            self._restore_pending = False
             log.warning("%d pod records written back to etcd: %s", len(restored), restored[:10])
         if self.lost:
             self.lost = ""

@@ -172,6 +172,8 @@ class PodManager:
                     if self.store.get_pod(self.node_id, key) is None:
                         self.store.put_pod(self.node_id, record)
                         restored.append(str(key))
+                except TryAgainLater:
+                    raise  # the caller tries again (what was written stays written)
                 except CniError as exc:
                     log.error("record of %s not written back: %s", key, exc)
         return restored
