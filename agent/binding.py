@@ -3,12 +3,14 @@
 The node ID fixes the node's subnets, and the binding in etcd (`nodes/id/<id>` and
 `nodes/name/<name>`) is what keeps every other node off them. etcd can lose it under a running
 agent: wiped, or restored from a backup older than the claim. The guard checks the binding every
-second; when it is gone and the ID is still free, it binds it again at once (before another
-node's smallest-free claim can take it) and writes back the pod records etcd lost from the
-agent's own copy (agent/pods): live pods are never removed because etcd forgot them. When
-another node holds the ID now, its subnets are that node's: the agent stops taking ADDs (a
-clear error, readiness false) instead of handing out that node's addresses, leaves its live pods
-alone, and takes ADDs again once the binding is its own again.
+second; when etcd lost it (its revision went back) and the ID is still free, it binds it again
+at once (before another node's smallest-free claim can take it) and writes back the pod records
+etcd lost from the agent's own copy (agent/known): live pods are never removed because etcd
+forgot them. When another node holds the ID now, its subnets are that node's: the agent stops
+taking ADDs (a clear error, readiness false) instead of handing out that node's addresses,
+leaves its live pods alone, and takes ADDs again once the binding is its own again. A binding
+deleted while etcd went forward is an operator's `node remove` (agent/cluster/remove): never
+undone here, ADDs are refused until the agent is restarted (it then joins again).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import threading
 from typing import Protocol
 
 from agent.errors import CniError
+from agent.store import Binding
 
 log = logging.getLogger(__name__)
 
 
 class BindingStore(Protocol):
-    def bind_node_id(self, node_name: str, node_id: int) -> tuple[str, bool]: ...
+    def bind_node_id(self, node_name: str, node_id: int) -> Binding: ...
 
 
 class Records(Protocol):
@@ -49,9 +52,21 @@ class BindingGuard:
     def check(self) -> None:
         """One look; an unreachable etcd is no news (readiness reports it already)."""
         try:
-            holder, written = self.store.bind_node_id(self.node_name, self.node_id)
+            found = self.store.bind_node_id(self.node_name, self.node_id)
         except CniError as exc:
             log.debug("node ID binding not checked: %s", exc)
+            return
+        holder, written = found.holder, found.rewritten
+        if found.removed:
+            if not self.lost:
+                log.error("node ID %d of %s was deleted (node remove): refusing ADDs",
+                          self.node_id, self.node_name)
+            self.lost = (
+                f"node {self.node_name} was removed from the cluster (its node ID {self.node_id} "
+                "was deleted: node remove, or agent.nodes release): ADDs are refused, as the ID "
+                "may go to a new node; restart the agent to join again"
+            )
+            self.pods.refuse_adds(self.lost)
             return
         if holder:
             if not self.lost:

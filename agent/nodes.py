@@ -43,14 +43,14 @@ class NodeIdentity:
     def _claim(self) -> int:
         remembered = self._remembered()
         if remembered and remembered <= max_node_id(self.cfg):
-            holder, written = self.store.bind_node_id(self.node_name, remembered)
-            if not holder:
-                if written:
+            found = self.store.bind_node_id(self.node_name, remembered)
+            if not found.holder:
+                if found.rewritten:
                     log.warning("etcd had lost node ID %d of %s: bound again", remembered,
                                 self.node_name)
                 return remembered
             log.error("node ID %d of %s (remembered in %s) is held by node %s in etcd now",
-                      remembered, self.node_name, self.path, holder)
+                      remembered, self.node_name, self.path, found.holder)
         node_id = self.store.claim_node_id(self.node_name, max_node_id(self.cfg))
         self._remember(node_id)
         return node_id

@@ -17,7 +17,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote, urlsplit
 
 import grpc
@@ -50,6 +50,14 @@ _UNREACHABLE = (
 )
 
 
+class Binding(NamedTuple):
+    """What `Store.bind_node_id` found: all false/empty means the binding holds (again)."""
+
+    holder: str = ""  # another node holds the ID now
+    rewritten: bool = False  # etcd had lost it: written again
+    removed: bool = False  # deleted while etcd went forward: an operator removed this node
+
+
 def parse_endpoint(url: str) -> tuple[str, int]:
     """'http://host:port' or 'host:port' -> (host, port); TLS is not supported yet."""
     parts = urlsplit(url if "//" in url else f"http://{url}")
@@ -77,6 +85,8 @@ class Store:
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.timeout = timeout
         self._held: dict[int, bytes] = {}  # node ID -> its binding's value, as this agent holds it
+        self._revision = 0  # etcd's revision at the last binding check (lower later: data lost)
+        self._taken: set[int] = set()  # held node IDs another node holds now (etcd lost data)
         eps = [
             pyetcd.Endpoint(
                 host, port, secure=False, time_retry=min(timeout, 1.0), opts=_GRPC_OPTIONS
@@ -147,7 +157,7 @@ class Store:
             raw, _meta = self._get(name_key)
             if raw is not None:
                 node_id = _check_bound(node_name, int(load(raw, name_key)["id"]), max_id)
-                self._hold(node_id, self._get(self._node_id_key(node_id))[0])
+                self._hold_current(node_id)
                 return node_id
             taken = self._taken_ids()
             node_id = next(i for i in itertools.count(1) if i not in taken)
@@ -166,36 +176,42 @@ class Store:
                 [tx.Version(id_key) == 0, tx.Version(name_key) == 0],
                 [tx.Put(id_key, value), tx.Put(name_key, value)],
             ):
-                self._hold(node_id, value)
+                self._hold_current(node_id)
                 return node_id
         raise TryAgainLater(
             f"could not claim a node ID for {node_name}", f"lost {_MAX_ROUNDS} races in a row"
         )
 
-    def bind_node_id(self, node_name: str, node_id: int) -> tuple[str, bool]:
+    def bind_node_id(self, node_name: str, node_id: int) -> Binding:
         """Makes sure `node_id` is bound to `node_name`, re-creating what etcd lost (etcd wiped,
-        or restored from an old backup). Returns ("", written) when the binding holds (again;
-        written: it had to be re-created), else (the node holding the ID now, False): then
-        nothing is written.
+        or restored from an old backup: its revision went back). Nothing is written when
+        another node holds the ID now (`holder`), or when the binding this client held was
+        deleted while etcd went forward: an operator removed the node (`removed`).
 
         The id key is create-if-absent, so a node that claimed the ID meanwhile keeps it; the
         name key is pointed (back) at `node_id`, guarded by its mod revision."""
         id_key, name_key = self._node_id_key(node_id), self._node_name_key(node_name)
         value = dump({"name": node_name, "id": node_id, "since": time.time()})
         for _ in range(_MAX_ROUNDS):
-            id_raw, id_meta = self._get(id_key)
+            id_raw, id_mod, revision = self._get_at(id_key)
+            went_back, self._revision = revision < self._revision, revision
+            taken = node_id in self._taken  # lost to another node already: not a removal
+            if id_raw is None and node_id in self._held and not (went_back or taken):
+                return Binding(removed=True)
             holder = node_name if id_raw is None else str(load(id_raw, id_key).get("name"))
             if holder != node_name:
-                return holder, False
+                self._taken.add(node_id)
+                return Binding(holder=holder)
+            self._taken.discard(node_id)
             name_raw, name_meta = self._get(name_key)
             named = None if name_raw is None else load(name_raw, name_key).get("id")
             if id_raw is not None and named == node_id:
                 self._hold(node_id, id_raw)
-                return "", False
+                return Binding()
             if id_raw is None:
                 compare, ops = [tx.Version(id_key) == 0], [tx.Put(id_key, value)]
             else:
-                compare, ops = [tx.Mod(id_key) == id_meta.mod_revision], []
+                compare, ops = [tx.Mod(id_key) == id_mod], []
             compare.append(
                 tx.Version(name_key) == 0
                 if name_raw is None
@@ -204,8 +220,22 @@ class Store:
             ops.append(tx.Put(name_key, value if id_raw is None else id_raw))
             if self._txn(f"bind node ID {node_id} to {node_name}", compare, ops):
                 self._hold(node_id, value if id_raw is None else id_raw)
-                return "", True
+                return Binding(rewritten=True)
         raise TryAgainLater(f"could not bind node ID {node_id} to {node_name}", "busy")
+
+    def _get_at(self, key: str) -> tuple[bytes | None, int, int]:
+        """(value, its mod revision, the store's revision at the read)."""
+        resp = self._call(f"get {key}", lambda: self._client.get_response(key))
+        kv = resp.kvs[0] if resp.kvs else None
+        revision = int(resp.header.revision)
+        return (None, 0, revision) if kv is None else (kv.value, int(kv.mod_revision), revision)
+
+    def _hold_current(self, node_id: int) -> None:
+        """Holds the binding as etcd has it now, and notes etcd's revision (the guard's first
+        check compares with it: a lower one means etcd lost data in between)."""
+        raw, _mod, revision = self._get_at(self._node_id_key(node_id))
+        self._revision = max(self._revision, revision)
+        self._hold(node_id, raw)
 
     def _hold(self, node_id: int, value: bytes | None) -> None:
         """Notes the binding this process holds: every pod write for `node_id` from now on is

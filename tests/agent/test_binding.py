@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from agent.binding import BindingGuard
 from agent.errors import TryAgainLater
+from agent.store import Binding
 
 
 class ScriptedStore:
     def __init__(self, *answers: tuple[str, bool]) -> None:
-        self.answers = list(answers)
+        self.answers = [Binding(holder=h, rewritten=w) for h, w in answers]
 
-    def bind_node_id(self, node_name: str, node_id: int) -> tuple[str, bool]:
+    def bind_node_id(self, node_name: str, node_id: int) -> Binding:
         return self.answers.pop(0)
 
 
@@ -58,3 +59,13 @@ def test_a_failed_write_back_is_tried_again() -> None:
     assert pods.restores == 1
     guard.check()
     assert pods.restores == 1  # written back once; an intact binding needs nothing more
+
+
+def test_a_binding_an_operator_deleted_is_never_written_again() -> None:
+    pods = RecordingPods()
+    store = ScriptedStore()
+    store.answers = [Binding(removed=True), Binding(removed=True)]
+    guard = BindingGuard(store, "a", 1, pods)
+    guard.check()
+    guard.check()
+    assert "removed from the cluster" in pods.refusing and pods.restores == 0
