@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from agent import hostnat
+from agent.binding import BindingGuard
 from agent.cluster.side import ClusterSide
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 
 STARTUP_ETCD_WAIT = 60.0  # seconds an agent waits for etcd at start before it gives up
+WORKER_PREFIX = "cni-worker"  # the names of the threads that serve CNI requests
 
 
 class StartupError(Exception):
@@ -66,9 +68,11 @@ class Agent:
         self._phase = "starting"  # what start() is doing, the readiness reason until ready
         self._grpc: grpc.Server | None = None
         self._service: CniService | None = None
+        self._workers: futures.ThreadPoolExecutor | None = None
         self._rest: RestServer | None = None
         self._stopping = threading.Event()
         self._watch: threading.Thread | None = None
+        self.binding: BindingGuard | None = None
         self.repair_report: dict[str, Any] = {}
         self.cluster: ClusterSide | None = None
 
@@ -83,7 +87,7 @@ class Agent:
         prepare_socket(cfg.cni_socket)
         self._rest = self._listen()
         self._phase = "starting: waiting for etcd"
-        self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam).acquire(
+        self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam, cfg.state_dir).acquire(
             wait=STARTUP_ETCD_WAIT, stopping=self._stopping
         )
         self.networks = node_networks(cfg.ipam, self.node_id)
@@ -105,7 +109,8 @@ class Agent:
         pools = Pools(self.networks)
         journal = DeleteJournal(os.path.join(cfg.state_dir, "pending-deletes"))
         self.pods = PodManager(
-            self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics, journal=journal
+            self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics, journal=journal,
+            records_dir=os.path.join(cfg.state_dir, "pods"),
         )
         # Every pod holds one address of the first family, so the pool's use counts the pods.
         self.metrics.gauge("vswitch_cni_pods", lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
@@ -113,6 +118,8 @@ class Agent:
         self._phase = "starting: reconciling pods"
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
+        self.binding = BindingGuard(self.store, cfg.node_name, self.node_id, self.pods)
+        self.binding.start()
         self._start_watch(self.dataplane.generation())
         if self.cluster is not None:
             self.cluster.start()
@@ -155,7 +162,9 @@ class Agent:
     def _serve_cni(self, service: CniService) -> None:
         path = self.config.cni_socket
         prepare_socket(path)  # again: a stale file may have appeared while reconciling
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.config.workers))
+        workers = futures.ThreadPoolExecutor(self.config.workers, thread_name_prefix=WORKER_PREFIX)
+        server = grpc.server(workers)
+        self._workers = workers
         cni_pb2_grpc.add_RemoteCNIServicer_to_server(service, server)  # type: ignore[no-untyped-call]
         server.add_insecure_port(f"unix:{path}")
         # The socket is the node's CNI endpoint: only root may talk to it (mode 0600). The umask
@@ -212,6 +221,8 @@ class Agent:
         if self._grpc is not None:
             self._grpc.stop(grace).wait()
             self._grpc = None
+            assert self._workers is not None
+            self._workers.shutdown(wait=False)  # idle workers end; a stuck one: see agent.main
             # Only the agent that served the socket removes it: one that was refused at start
             # must not take the live agent's socket away.
             with contextlib.suppress(FileNotFoundError):
@@ -220,6 +231,8 @@ class Agent:
             self._rest.stop()
         if self.cluster is not None:
             self.cluster.stop()
+        if self.binding is not None:
+            self.binding.stop()
         if self.pods is not None:
             self.pods.stop()
         if self.dataplane is not None:
@@ -249,6 +262,8 @@ class Agent:
             return False, f"etcd unreachable: {exc}"
         if self.cluster is not None and self.cluster.removed():
             return False, "this node was removed from the cluster (node remove): restart its agent"
+        if self.binding is not None and self.binding.lost:
+            return False, self.binding.lost
         if self.dataplane is None or not self.dataplane.ready():
             return False, f"dataplane {self.config.dataplane} not ready"
         if self.pods is not None and self.pods.pools.exhausted():

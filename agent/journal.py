@@ -61,11 +61,35 @@ class DeleteJournal:
             with self._lock:
                 self._pending.setdefault(entry.key, entry)
 
+    def has(self, key: PodKey) -> bool:
+        """Whether `key` has a pending entry, looking at the disk too: the plugin may have
+        journaled a DEL since the last rescan (a request must not miss that DEL)."""
+        with self._lock:
+            if key in self._pending:
+                return True
+        path = self._path(key)
+        if not path.exists():
+            return False
+        try:
+            entry = _read(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            self.rescan()  # sets a damaged entry aside, logged, as at any rescan
+            return key in self
+        with self._lock:
+            self._pending.setdefault(entry.key, entry)
+        return entry.key == key
+
     def _path(self, key: PodKey) -> Path:
         return self.directory / f"{key.digest(32)}.json"
 
     def add(self, key: PodKey, record: PodRecord | None) -> None:
-        """Durably notes that `key`'s (already detached) record and addresses must be released."""
+        """Durably notes that `key`'s (already detached) record and addresses must be released.
+
+        Without a record, the one a pending entry of `key` knew is kept (the addresses it
+        lists are released when etcd no longer has the record)."""
+        if record is None:
+            earlier = self.get(key)
+            record = earlier.record if earlier is not None else None
         netns = record.netns if record else ""
         data = {
             "container_id": key.container_id,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
 from agent import __version__
-from agent.app import Agent, StartupError
+from agent.app import WORKER_PREFIX, Agent, StartupError
 from agent.cluster.remove import node_command
 from agent.config import AgentConfig, ConfigError, load, preflight
 from agent.errors import CniError
@@ -71,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     agent.stop()
     log.info("stopped")
+    _exit_past_stuck_workers()
     return 0
 
 
@@ -85,6 +88,27 @@ def _teardown(config: AgentConfig) -> int:
     print(f"host state of node {config.node_name!r} removed ({len(removed)} items); its etcd "
           "records stay until `python -m agent.nodes release` frees the node ID")
     return 0
+
+
+def _exit_past_stuck_workers(wait: float = 2.0) -> None:
+    """Ends the process although a worker is still in a request.
+
+    The gRPC server's grace period is over and every call it had is cancelled, but Python cannot
+    end a thread: a worker stuck in a request (a wedged syscall, a lock that never comes) would
+    keep the interpreter waiting at exit (concurrent.futures joins its workers), for ever. Idle
+    workers end within `wait`; if one does not, nothing is left to flush (the agent is stopped,
+    pods stay wired) and the process ends without it."""
+    deadline = time.monotonic() + wait
+    workers = [t for t in threading.enumerate() if t.name.startswith(WORKER_PREFIX)]
+    for worker in workers:
+        worker.join(timeout=max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in workers if t.is_alive()]
+    if not stuck:
+        return
+    log.error("%d worker threads still in a request (%s): exiting without them",
+              len(stuck), ", ".join(stuck[:5]))
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":

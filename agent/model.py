@@ -75,7 +75,7 @@ class PodRecord:
     wiring: dict[str, Any] = field(default_factory=dict)  # asdict(Wiring)
     mtu: int = 0
     created: float = 0.0
-    netns_inode: str = ""  # "dev:inode" of the netns at ADD (agent.pods.netns_identity)
+    netns_inode: str = ""  # "dev:inode" of the netns at ADD (agent.adding.netns_identity)
 
     @property
     def key(self) -> PodKey:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from agent.errors import CniError, TryAgainLater
 from agent.store import Store
@@ -24,12 +26,48 @@ log = logging.getLogger(__name__)
 
 
 class NodeIdentity:
-    """Claims (or finds again) this node's ID, within the bound the IPAM config allows."""
+    """Claims (or finds again) this node's ID, within the bound the IPAM config allows.
 
-    def __init__(self, store: Store, node_name: str, cfg: IPAMConfig) -> None:
+    The ID is also remembered in `<state_dir>/node-id`: when etcd has lost the node's binding
+    (wiped, restored from an old backup), the node takes its own ID back if it is still free,
+    instead of the smallest free one, whose subnet is not the one its live pods use."""
+
+    def __init__(
+        self, store: Store, node_name: str, cfg: IPAMConfig, state_dir: str = ""
+    ) -> None:
         self.store = store
         self.node_name = node_name
         self.cfg = cfg
+        self.path = Path(state_dir, "node-id") if state_dir else None
+
+    def _claim(self) -> int:
+        remembered = self._remembered()
+        if remembered and remembered <= max_node_id(self.cfg):
+            found = self.store.bind_node_id(self.node_name, remembered)
+            if not found.holder:
+                if found.rewritten:
+                    log.warning("etcd had lost node ID %d of %s: bound again", remembered,
+                                self.node_name)
+                return remembered
+            log.error("node ID %d of %s (remembered in %s) is held by node %s in etcd now",
+                      remembered, self.node_name, self.path, found.holder)
+        node_id = self.store.claim_node_id(self.node_name, max_node_id(self.cfg))
+        self._remember(node_id)
+        return node_id
+
+    def _remembered(self) -> int:
+        try:
+            return int(self.path.read_text().strip()) if self.path else 0
+        except (OSError, ValueError):
+            return 0
+
+    def _remember(self, node_id: int) -> None:
+        if self.path is None or self._remembered() == node_id:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{node_id}\n")
+        os.replace(tmp, self.path)
 
     def acquire(self, wait: float = 0.0, stopping: threading.Event | None = None) -> int:
         """The node's ID: reused by name, else the smallest free one. Raises CniError.
@@ -41,7 +79,7 @@ class NodeIdentity:
         delay = 0.2
         while True:
             try:
-                return self.store.claim_node_id(self.node_name, max_node_id(self.cfg))
+                return self._claim()
             except TryAgainLater as exc:
                 left = deadline - time.monotonic()
                 if left <= 0 or (stopping is not None and stopping.is_set()):

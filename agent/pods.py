@@ -1,10 +1,11 @@
 """The pod lifecycle: the ADD, DEL, CHECK and GC steps, serialized per attachment.
 
-ADD is a sequence of steps, each pushing its inverse on an undo stack; when a step fails the
-stack unwinds, so a failed ADD leaves no interface, route, address or record behind:
+ADD is a sequence of steps (agent/adding), each pushing its inverse on an undo stack; when a
+step fails the stack unwinds, so a failed ADD leaves no interface, route, address or record:
 
     1. allocate     addresses from the node pools      (undo: return them)
-    2. record       record + allocation keys in etcd   (undo: delete both, one transaction)
+    2. record       record + allocation keys in etcd   (undo: delete both, one transaction;
+                    etcd not answering: journaled like a DEL, addresses kept until settled)
     3. wire         dataplane host side + pod interface (undo: the driver's own steps)
     4. podside      addresses, neighbor, routes in the pod netns (removed with the interface)
     5. commit       record marked ready with its wiring
@@ -13,10 +14,11 @@ A record in state "adding" therefore means an ADD that never answered success; r
 treats it as garbage. Requests for one (container ID, ifname) run one at a time; different pods
 run in parallel (agent/locks).
 
-The manager also keeps the node's records in memory (loaded at reconcile, updated by every
-ADD and DEL: this agent is their only writer). etcd stays the truth for every decision; the copy
-finds a pod's older sandbox without listing etcd on every ADD, and lets a DEL tear a pod down
-while etcd is unreachable (agent/journal keeps the release until etcd is back).
+The manager also keeps a copy of the node's records (agent/known: loaded at reconcile, updated
+by every ADD and DEL, this agent being their only writer, mirrored on the node's disk). etcd
+stays the truth for every decision; the copy finds a pod's older sandbox without listing etcd on
+every ADD, lets a DEL tear a pod down while etcd is unreachable (agent/journal keeps the release
+until etcd is back), and gives etcd back the records it lost (restore_records).
 """
 
 from __future__ import annotations
@@ -25,15 +27,16 @@ import copy
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Protocol, TypeVar
+from pathlib import Path
 
 from agent import failpoints, podside
+from agent.adding import PodSide, PodStore, add_steps, netns_matches
 from agent.dataplane import Dataplane, UndoStack
-from agent.errors import CniError, InternalError, TryAgainLater, UnknownContainer
+from agent.errors import CniError, TryAgainLater, UnknownContainer
 from agent.journal import DeleteJournal
+from agent.known import KnownRecords
 from agent.locks import KeyedLocks
 from agent.metrics import Metrics
 from agent.model import PodKey, PodNetwork, PodRecord, Wiring
@@ -41,28 +44,7 @@ from agent.pools import Pools
 from agent.request import CniRequest
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-
-class PodStore(Protocol):
-    """The part of agent/store the lifecycle uses (etcd in production)."""
-
-    def put_pod(self, node_id: int, record: PodRecord) -> None: ...
-    def update_pod(
-        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
-    ) -> None: ...
-    def delete_pod(
-        self, node_id: int, key: PodKey, known: PodRecord | None = None
-    ) -> PodRecord | None: ...
-    def get_pod(self, node_id: int, key: PodKey) -> PodRecord | None: ...
-    def list_pods(self, node_id: int) -> list[PodRecord]: ...
-
-
-class PodSide(Protocol):
-    """Pod-namespace configuration (agent/podside in production)."""
-
-    def configure(self, pod: PodNetwork, gateway_mac: str) -> str: ...
-    def check(self, pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]: ...
+_STALE_ROUNDS = 20  # each lost round means another request replaced one of the pod's sandboxes
 
 
 class CheckFailed(CniError):
@@ -90,6 +72,7 @@ class PodManager:
         metrics: Metrics | None = None,
         pod_side: PodSide = podside,
         journal: DeleteJournal | None = None,
+        records_dir: str | Path | None = None,
     ) -> None:
         self.node_id = node_id
         self.store = store
@@ -100,94 +83,62 @@ class PodManager:
         self.locks = KeyedLocks()
         self.pod_side = pod_side
         self.journal = journal
-        self._known: dict[PodKey, PodRecord] = {}
-        self._known_lock = threading.Lock()
+        self.known = KnownRecords(records_dir)
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
+        self._refusing = ""
 
     # ---- ADD -------------------------------------------------------------------------------
 
+    def refuse_adds(self, reason: str) -> None:
+        """ADDs fail with `reason` until called with "" (agent/binding: the node ID is lost)."""
+        self._refusing = reason
+
     def add(self, req: CniRequest) -> PodRecord:
-        with self.locks.hold(req.key):
-            if self.journal is not None and req.key in self.journal:
-                self._drain_key(req.key)  # an older DEL of this key still owes etcd its release
-            existing = self.store.get_pod(self.node_id, req.key)
-            if existing is not None:
-                if (
-                    existing.state == "ready"
-                    and existing.netns == req.netns
-                    and netns_matches(existing)
-                ):
-                    return existing  # a repeated ADD: answer what was recorded
-                self.teardown(existing)
+        if self._refusing:
+            raise TryAgainLater("this node cannot take pods now", self._refusing)
+        # Replacing a stale sandbox takes its lock too: both locks are taken together, in the
+        # locks' one global order (two re-ADDs each holding its own lock and waiting for the
+        # other's deadlocked), and the stale sandbox is looked up again once they are held.
+        for _ in range(_STALE_ROUNDS):
             stale = self._stale_sandbox(req)
-            if stale is not None:
-                with self.locks.hold(stale.key):
-                    current = self.store.get_pod(self.node_id, stale.key)
-                    if current is not None:
-                        log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
-                        self.teardown(current)
-            record = self._add_steps(req)
-            self._remember(record)
-            return record
+            keys = [req.key] if stale is None else [req.key, stale.key]
+            with self.locks.hold(*keys):
+                if _key_of(self._stale_sandbox(req)) != _key_of(stale):
+                    continue  # another request replaced a sandbox meanwhile: look again
+                return self._add_locked(req, stale)
+        raise TryAgainLater(
+            f"the sandboxes of pod {req.pod_namespace}/{req.pod_name} keep changing",
+            f"{_STALE_ROUNDS} concurrent replacements in a row",
+        )
 
-    def _add_steps(self, req: CniRequest) -> PodRecord:
-        undo = UndoStack()
-        try:
-            addresses = self._phase("allocate", self.pools.allocate)
-            undo.push("return addresses", lambda: self.pools.release(addresses))
-            record = PodRecord(
-                container_id=req.container_id,
-                ifname=req.ifname,
-                netns=req.netns,
-                addresses=[str(a) for a in addresses],
-                gateways=[str(g) for g in self.pools.gateways],
-                pod_namespace=req.pod_namespace,
-                pod_name=req.pod_name,
-                pod_uid=req.pod_uid,
-                cni_version=req.cni_version,
-                mtu=self.mtu,
-                created=time.time(),
-                netns_inode=netns_identity(req.netns),
-            )
-            # Pushed before the write: a write whose answer is lost (timeout, connection drop)
-            # may still have committed, and deleting an absent record is a no-op.
-            undo.push("delete record", lambda: self.store.delete_pod(self.node_id, req.key))
-            self._phase("record", lambda: self.store.put_pod(self.node_id, record))
-            pod = record.network()
-            wiring = self._phase("wire", lambda: self.dataplane.attach(pod, undo))
-            gateway_mac = wiring.gateway_mac
-            pod_mac = self._phase("podside", lambda: self.pod_side.configure(pod, gateway_mac))
-            written = copy.deepcopy(record)
-            record.wiring = asdict(
-                Wiring(wiring.host_ifname, pod_mac, wiring.gateway_mac, wiring.extra)
-            )
-            record.state = "ready"
-            self._phase("commit", lambda: self.store.update_pod(self.node_id, record, written))
-            return record
-        except BaseException as exc:
-            failed = undo.unwind()
-            if failed:
-                log.error("ADD %s failed and could not undo everything: %s", req.key, failed)
-            if isinstance(exc, CniError):
-                raise
-            raise InternalError(f"ADD failed unexpectedly: {type(exc).__name__}", str(exc)) from exc
-
-    def _phase(self, name: str, step: Callable[[], T]) -> T:
-        start = time.perf_counter()
-        try:
-            result = step()
-        finally:
-            self.metrics.phase(name, time.perf_counter() - start)
-        failpoints.hit(f"add:{name}")
-        return result
+    def _add_locked(self, req: CniRequest, stale: PodRecord | None) -> PodRecord:
+        if self.journal is not None and self.journal.has(req.key):
+            # An older DEL of this key (maybe journaled by the plugin a moment ago) still
+            # owes its teardown and release: settled now, or it would undo this ADD later.
+            self._drain_key(req.key)
+        existing = self.store.get_pod(self.node_id, req.key)
+        if existing is not None:
+            same = existing.netns == req.netns and netns_matches(existing)
+            if existing.state == "ready" and same:
+                return existing  # a repeated ADD: answer what was recorded
+            self.teardown(existing)
+        if stale is not None:
+            current = self.store.get_pod(self.node_id, stale.key)
+            if current is None:
+                self._forget(stale.key)  # gone from etcd already: nothing left to replace
+            else:
+                log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
+                self.teardown(current)
+        record = add_steps(self, req)
+        self._remember(record)
+        return record
 
     def _stale_sandbox(self, req: CniRequest) -> PodRecord | None:
         """An older sandbox of the same pod (namespace/name, same ifname) left behind."""
         if not (req.pod_namespace and req.pod_name):
             return None
-        with self._known_lock:
-            records = list(self._known.values())
+        records = self.known.all()
         for record in records:
             if (
                 record.pod_namespace == req.pod_namespace
@@ -199,20 +150,39 @@ class PodManager:
                 return record
         return None
 
-    # ---- the in-memory copy of this node's records --------------------------------------------
+    # ---- the node's copy of its records (agent/known) ----------------------------------------
 
     def load(self, records: Iterable[PodRecord]) -> None:
-        """Replaces the in-memory copy (reconcile calls this with the surviving records)."""
-        with self._known_lock:
-            self._known = {r.key: r for r in records}
+        """Replaces the copy (reconcile calls this with the surviving records)."""
+        self.known.load(records)
+
+    def restore_records(self) -> list[str]:
+        """Writes back the records etcd lost (wiped, restored from an old backup) from the
+        in-memory copy, with their allocation keys; returns the keys written. A pod is never
+        removed because etcd forgot it."""
+        present = {r.key for r in self.store.list_pods(self.node_id)}
+        missing = [r.key for r in self.known.all() if r.key not in present]
+        restored: list[str] = []
+        for key in missing:
+            with self.locks.hold(key):
+                record = self.known.get(key)
+                if record is None or (self.journal is not None and self.journal.has(key)):
+                    continue  # deleted meanwhile
+                try:
+                    if self.store.get_pod(self.node_id, key) is None:
+                        self.store.put_pod(self.node_id, record)
+                        restored.append(str(key))
+                except TryAgainLater:
+                    raise  # the caller tries again (what was written stays written)
+                except CniError as exc:
+                    log.error("record of %s not written back: %s", key, exc)
+        return restored
 
     def _remember(self, record: PodRecord) -> None:
-        with self._known_lock:
-            self._known[record.key] = record
+        self.known.remember(record)
 
     def _forget(self, key: PodKey) -> None:
-        with self._known_lock:
-            self._known.pop(key, None)
+        self.known.forget(key)
 
     # ---- DEL -------------------------------------------------------------------------------
 
@@ -222,6 +192,16 @@ class PodManager:
         With etcd unreachable the dataplane is still torn down and the release journaled
         (agent/journal): the pod is gone at once, etcd and the pools catch up later."""
         with self.locks.hold(req.key):
+            if self.journal is not None and self.journal.has(req.key):
+                # The attachment's DEL (or a failed ADD's undo) is journaled already: settling
+                # it is this DEL. Doing the DEL besides would release the addresses twice.
+                try:
+                    self._drain_key(req.key)
+                except TryAgainLater:
+                    entry = self.journal.get(req.key)
+                    if entry is not None and not entry.detached:
+                        self._delete_offline(req)  # the plugin's entry: tear it down now
+                return
             try:
                 record = self.store.get_pod(self.node_id, req.key)
             except TryAgainLater:
@@ -253,8 +233,7 @@ class PodManager:
         failpoints.hit("del:release")
 
     def _delete_offline(self, req: CniRequest) -> None:
-        with self._known_lock:
-            record = self._known.get(req.key)
+        record = self.known.get(req.key)
         self._detach(req.key, req.netns, record)
         failpoints.hit("del:detach")
         self._journal(req.key, record)
@@ -350,7 +329,7 @@ class PodManager:
             current = self.store.get_pod(self.node_id, key)
             if current is None or current.state != "ready":
                 return []
-            if self.journal is not None and key in self.journal:
+            if self.journal is not None and self.journal.has(key):
                 return []
             if not self.live_problems(current):
                 return []
@@ -380,8 +359,7 @@ class PodManager:
 
     def repair_all(self) -> dict[str, list[str]]:
         """Repairs every known attachment; returns those still damaged, with their problems."""
-        with self._known_lock:
-            keys = list(self._known)
+        keys = [r.key for r in self.known.all()]
         damaged: dict[str, list[str]] = {}
         for key in keys:
             try:
@@ -400,7 +378,7 @@ class PodManager:
             if (
                 record is None
                 or record.state != "ready"
-                or (self.journal is not None and req.key in self.journal)
+                or (self.journal is not None and self.journal.has(req.key))
             ):
                 raise UnknownContainer(f"no attachment {req.key} on this node")
             problems = self._problems(record, req)
@@ -441,6 +419,10 @@ class PodManager:
         return self.store.list_pods(self.node_id)
 
 
+def _key_of(record: PodRecord | None) -> PodKey | None:
+    return None if record is None else record.key
+
+
 def _prev_result_problems(prev: object, record: PodRecord) -> list[str]:
     """CHECK's prevResult must list the addresses ADD gave this attachment."""
     if not isinstance(prev, dict):
@@ -452,20 +434,3 @@ def _prev_result_problems(prev: object, record: PodRecord) -> list[str]:
         else set()
     )
     return [f"prevResult lacks address {a}" for a in record.addresses if a not in listed]
-
-
-def netns_identity(path: str) -> str:
-    """'device:inode' of a network namespace file, "" when it cannot be read.
-
-    A path alone does not name a namespace for ever: /proc/PID/ns/net points at another one once
-    the PID is reused, and a bind-mount path can be reused by a new sandbox."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return ""
-    return f"{st.st_dev}:{st.st_ino}"
-
-
-def netns_matches(record: PodRecord) -> bool:
-    """The record's netns path still names the namespace ADD wired (unknown inode: trusted)."""
-    return not record.netns_inode or netns_identity(record.netns) == record.netns_inode

@@ -61,6 +61,11 @@ class Pools:
                     owner.reserve(ip)
         return foreign
 
+    def owns(self, address: str | IPInterface) -> bool:
+        """Whether `address` lies in one of this node's pod subnets."""
+        ip = ipaddress.ip_interface(address).ip
+        return any(ip in a.subnet for a in self._allocators)
+
     def exhausted(self) -> bool:
         with self._lock:
             return any(a.free == 0 for a in self._allocators)

@@ -10,6 +10,9 @@ Rules, in order of how costly a mistake is:
   driver can, else wired again with its recorded addresses); what cannot be is reported damaged.
 - DELs journaled while etcd was unreachable are settled first; one still pending (etcd went
   away again) keeps its addresses reserved and counts neither as live nor as dead.
+- A live pod is never unwired because etcd lost its record (wiped, restored from an old
+  backup): the node's own copy (agent/known) of a ready record etcd lacks is written back when
+  its namespace is still the one ADD wired and its addresses are in this node's subnets.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.adding import netns_matches
 from agent.errors import CniError
-from agent.pods import PodManager, netns_matches
+from agent.model import PodRecord
+from agent.pods import PodManager
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,7 @@ class ReconcileReport:
     removed_unfinished: list[str] = field(default_factory=list)
     removed_dead: list[str] = field(default_factory=list)
     removed_orphans: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
     pending_deletes: int = 0
     repaired: list[str] = field(default_factory=list)
     damaged: dict[str, list[str]] = field(default_factory=dict)
@@ -49,11 +55,38 @@ class ReconcileReport:
             "removedUnfinished": self.removed_unfinished,
             "removedDead": self.removed_dead,
             "removedOrphans": self.removed_orphans,
+            "restored": self.restored,
             "pendingDeletes": self.pending_deletes,
             "repaired": self.repaired,
             "damaged": self.damaged,
             "errors": self.errors,
         }
+
+
+def _written_back(
+    pods: PodManager, records: list[PodRecord], report: ReconcileReport
+) -> list[PodRecord]:
+    """The node's copies of live pods' records that etcd lacks, written back to etcd."""
+    present = {r.key for r in records}
+    back: list[PodRecord] = []
+    for record in pods.known.on_disk():
+        if (
+            record.key in present
+            or (pods.journal is not None and record.key in pods.journal)
+            or record.state != "ready"
+            or not (os.path.exists(record.netns) and netns_matches(record))
+            or not all(pods.pools.owns(a) for a in record.addresses)
+        ):
+            continue  # a dead one's objects go as orphans below
+        try:
+            pods.store.put_pod(pods.node_id, record)
+        except CniError as exc:
+            report.errors.append(f"record of {record.key} not written back: {exc}")
+            continue
+        log.warning("etcd had lost the record of live pod %s: written back", record.key)
+        report.restored.append(str(record.key))
+        back.append(record)
+    return back
 
 
 def reconcile(pods: PodManager) -> ReconcileReport:
@@ -63,6 +96,7 @@ def reconcile(pods: PodManager) -> ReconcileReport:
     # First: a DEL settled with etcd here is gone from the records listed next.
     report.pending_deletes = pods.drain_journal()
     records = pods.records()
+    records += _written_back(pods, records, report)
     report.records = len(records)
     foreign = pods.pools.reserve(a for r in records for a in r.addresses)
     if foreign:
@@ -116,9 +150,10 @@ def reconcile(pods: PodManager) -> ReconcileReport:
             report.repaired.append(name)
     report.seconds = time.perf_counter() - start
     log.info(
-        "reconcile: %d records, %d live, %d unfinished and %d dead removed, %d orphans removed, "
-        "%d repaired, %d damaged, %d errors in %.3fs",
+        "reconcile: %d records (%d written back), %d live, %d unfinished and %d dead removed, "
+        "%d orphans removed, %d repaired, %d damaged, %d errors in %.3fs",
         report.records,
+        len(report.restored),
         report.live,
         len(report.removed_unfinished),
         len(report.removed_dead),

@@ -17,7 +17,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote, urlsplit
 
 import grpc
@@ -50,6 +50,14 @@ _UNREACHABLE = (
 )
 
 
+class Binding(NamedTuple):
+    """What `Store.bind_node_id` found: all false/empty means the binding holds (again)."""
+
+    holder: str = ""  # another node holds the ID now
+    rewritten: bool = False  # etcd had lost it: written again
+    removed: bool = False  # deleted while etcd went forward: an operator removed this node
+
+
 def parse_endpoint(url: str) -> tuple[str, int]:
     """'http://host:port' or 'host:port' -> (host, port); TLS is not supported yet."""
     parts = urlsplit(url if "//" in url else f"http://{url}")
@@ -76,6 +84,9 @@ class Store:
         self.endpoints = list(endpoints)
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.timeout = timeout
+        self._held: dict[int, bytes] = {}  # node ID -> its binding's value, as this agent holds it
+        self._revision = 0  # etcd's revision at the last binding check (lower later: data lost)
+        self._taken: set[int] = set()  # held node IDs another node holds now (etcd lost data)
         eps = [
             pyetcd.Endpoint(
                 host, port, secure=False, time_retry=min(timeout, 1.0), opts=_GRPC_OPTIONS
@@ -145,7 +156,9 @@ class Store:
         for _ in range(_MAX_ROUNDS):
             raw, _meta = self._get(name_key)
             if raw is not None:
-                return _check_bound(node_name, int(load(raw, name_key)["id"]), max_id)
+                node_id = _check_bound(node_name, int(load(raw, name_key)["id"]), max_id)
+                self._hold_current(node_id)
+                return node_id
             taken = self._taken_ids()
             node_id = next(i for i in itertools.count(1) if i not in taken)
             if node_id > max_id:
@@ -163,9 +176,94 @@ class Store:
                 [tx.Version(id_key) == 0, tx.Version(name_key) == 0],
                 [tx.Put(id_key, value), tx.Put(name_key, value)],
             ):
+                self._hold_current(node_id)
                 return node_id
         raise TryAgainLater(
             f"could not claim a node ID for {node_name}", f"lost {_MAX_ROUNDS} races in a row"
+        )
+
+    def bind_node_id(self, node_name: str, node_id: int) -> Binding:
+        """Makes sure `node_id` is bound to `node_name`, re-creating what etcd lost (etcd wiped,
+        or restored from an old backup: its revision went back). Nothing is written when
+        another node holds the ID now (`holder`), or when the binding this client held was
+        deleted while etcd went forward: an operator removed the node (`removed`).
+
+        The id key is create-if-absent, so a node that claimed the ID meanwhile keeps it; the
+        name key is pointed (back) at `node_id`, guarded by its mod revision."""
+        id_key, name_key = self._node_id_key(node_id), self._node_name_key(node_name)
+        value = dump({"name": node_name, "id": node_id, "since": time.time()})
+        for _ in range(_MAX_ROUNDS):
+            id_raw, id_mod, revision = self._get_at(id_key)
+            went_back, self._revision = revision < self._revision, revision
+            taken = node_id in self._taken  # lost to another node already: not a removal
+            if id_raw is None and node_id in self._held and not (went_back or taken):
+                return Binding(removed=True)
+            holder = node_name if id_raw is None else str(load(id_raw, id_key).get("name"))
+            if holder != node_name:
+                self._taken.add(node_id)
+                return Binding(holder=holder)
+            self._taken.discard(node_id)
+            name_raw, name_meta = self._get(name_key)
+            named = None if name_raw is None else load(name_raw, name_key).get("id")
+            if id_raw is not None and named == node_id:
+                self._hold(node_id, id_raw)
+                return Binding()
+            if id_raw is None:
+                compare, ops = [tx.Version(id_key) == 0], [tx.Put(id_key, value)]
+            else:
+                compare, ops = [tx.Mod(id_key) == id_mod], []
+            compare.append(
+                tx.Version(name_key) == 0
+                if name_raw is None
+                else tx.Mod(name_key) == name_meta.mod_revision
+            )
+            ops.append(tx.Put(name_key, value if id_raw is None else id_raw))
+            if self._txn(f"bind node ID {node_id} to {node_name}", compare, ops):
+                self._hold(node_id, value if id_raw is None else id_raw)
+                return Binding(rewritten=True)
+        raise TryAgainLater(f"could not bind node ID {node_id} to {node_name}", "busy")
+
+    def _get_at(self, key: str) -> tuple[bytes | None, int, int]:
+        """(value, its mod revision, the store's revision at the read)."""
+        resp = self._call(f"get {key}", lambda: self._client.get_response(key))
+        kv = resp.kvs[0] if resp.kvs else None
+        revision = int(resp.header.revision)
+        return (None, 0, revision) if kv is None else (kv.value, int(kv.mod_revision), revision)
+
+    def _hold_current(self, node_id: int) -> None:
+        """Holds the binding as etcd has it now, and notes etcd's revision (the guard's first
+        check compares with it: a lower one means etcd lost data in between)."""
+        raw, _mod, revision = self._get_at(self._node_id_key(node_id))
+        self._revision = max(self._revision, revision)
+        self._hold(node_id, raw)
+
+    def _hold(self, node_id: int, value: bytes | None) -> None:
+        """Notes the binding this process holds: every pod write for `node_id` from now on is
+        guarded by it, so no address of a node ID that etcd gave another node (after a wipe or
+        a restore) is ever written as allocated here."""
+        if value is not None:
+            self._held[node_id] = value
+
+    def _held_compare(self, node_id: int) -> list[Any]:
+        value = self._held.get(node_id)
+        return [] if value is None else [tx.Value(self._node_id_key(node_id)) == value]
+
+    def _check_held(self, node_id: int) -> None:
+        value = self._held.get(node_id)
+        if value is None:
+            return
+        key = self._node_id_key(node_id)
+        raw, _meta = self._get(key)
+        if raw == value:
+            return
+        holder = None if raw is None else load(raw, key).get("name")
+        if raw is not None and holder == load(value, key).get("name"):
+            self._held[node_id] = raw  # still this node's (a backup of its own older claim)
+            return
+        raise TryAgainLater(
+            f"this node's ID {node_id} is no longer bound to it in etcd",
+            f"held by {'nobody' if raw is None else f'node {holder}'} now "
+            "(etcd wiped or restored from a backup?)",
         )
 
     def release_node_id(self, node_name: str) -> bool:
@@ -208,7 +306,7 @@ class Store:
         the other owner."""
         pod_key = self._pod_key(node_id, record.key)
         ips = _ips(record.addresses, pod_key)
-        compare = [tx.Version(pod_key) == 0]
+        compare = [tx.Version(pod_key) == 0, *self._held_compare(node_id)]
         compare += [tx.Version(self._alloc_key(node_id, ip)) == 0 for ip in ips]
         ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
         ops += [self._alloc_put(node_id, ip, record, time.time()) for ip in ips]
@@ -226,6 +324,7 @@ class Store:
         pod_key = self._pod_key(node_id, record.key)
         if previous is not None and previous.addresses == record.addresses:
             compare = [tx.Value(pod_key) == dump(previous.to_json_dict())]
+            compare += self._held_compare(node_id)
             ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
             if self._txn(f"update pod {record.key}", compare, ops):
                 return
@@ -235,6 +334,7 @@ class Store:
         pod_key = self._pod_key(node_id, record.key)
         ips = _ips(record.addresses, pod_key)
         for _ in range(_MAX_ROUNDS):
+            self._check_held(node_id)
             old_raw, old_meta = self._get(pod_key)
             if old_raw is None and must_exist:
                 raise UnknownContainer(f"no pod record for {record.key} on node {node_id}")
@@ -243,6 +343,7 @@ class Store:
                 if old_raw is None
                 else [tx.Mod(pod_key) == old_meta.mod_revision]
             )
+            compare += self._held_compare(node_id)
             ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
             for ip in ips:
                 self._claim_ip(node_id, ip, record, compare, ops)

@@ -140,9 +140,19 @@ class MeshController:
 
     def _sync(self, nodes: dict[int, NodeInfo], revision: int) -> None:
         with self._lock:
+            before, went_back = self._revision, revision < self._revision
             self._seen = dict(nodes)
             self._revision = revision
-        if self.local.node_id not in nodes:  # published before listing: gone means removed
+        if went_back:
+            # etcd lost data (wiped, restored from an old backup): entries missing now were
+            # not removed by an operator. This node publishes itself again (agent/binding
+            # re-binds its ID and pod records); the others do the same within their next
+            # relist, and the one after this drops whoever did not come back.
+            log.warning("node registry went back from revision %d to %d (etcd wiped or "
+                        "restored?): publishing this node again", before, revision)
+            self.registry.publish(self.local)
+            nodes = {**{i: s.info for i, s in self._remotes.items()}, **nodes}
+        elif self.local.node_id not in nodes:  # published before listing: gone means removed
             self._removed_by_operator()
         remotes = {i: n for i, n in nodes.items() if i != self.local.node_id}
         for node_id in [i for i in self._remotes if i not in remotes]:

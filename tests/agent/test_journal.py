@@ -53,3 +53,17 @@ def test_entries_the_plugin_writes_later_are_found_by_a_rescan(tmp_path: Path) -
     journal.rescan()
     entry = journal.get(key)
     assert entry is not None and not entry.detached and entry.netns == "/proc/1/ns/net"
+
+
+def test_has_sees_an_entry_the_plugin_wrote_since_the_last_rescan(tmp_path: Path) -> None:
+    from cni_client.journal import journal_delete
+
+    journal = DeleteJournal(tmp_path / "pending-deletes")
+    key = PodKey("late", "eth0")
+    assert not journal.has(key)
+    journal_delete(str(tmp_path), "late", "eth0", "/run/netns/x")
+    assert key not in journal  # the in-memory view alone misses it
+    assert journal.has(key)
+    entry = journal.get(key)
+    assert entry is not None and not entry.detached and entry.netns == "/run/netns/x"
+    assert not journal.has(PodKey("late", "net1"))

@@ -5,7 +5,8 @@ a watch from a compacted revision ends in an error (the controller then relists)
 deletes the entry, both node ID keys, pod records and allocations and nothing of another node,
 and is refused while the node's liveness lease holds; the controller programs every remote node,
 reprograms a changed one, unprograms a removed one, prunes at start what no node explains, and
-keeps failed nodes visible with the reason, and notices the removal of its own node.
+keeps failed nodes visible with the reason, and notices the removal of its own node, but takes
+an etcd that went back in time (wiped, restored) for data loss: it publishes itself again.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from agent.cluster.remove import RemoveRefused, remove_node
 from agent.errors import CniError
 from agent.model import PodRecord
 from ipam import IPAMConfig, node_networks
+from tests.helpers.etcd import EtcdServer
 
 CFG = IPAMConfig()
 
@@ -164,3 +166,35 @@ def _state(controller: MeshController, name: str) -> str:
         if node["name"] == name:
             return str(node.get("mesh", {}).get("state", ""))
     return ""
+
+
+def test_controller_takes_an_etcd_wipe_for_data_loss_not_removal() -> None:
+    """etcd wiped (or restored from an old backup): the relist's revision went back, so the
+    missing entries were not removed by an operator: this node publishes itself again and keeps
+    its mesh to the others until they are back (issue 15, defect 2)."""
+    with EtcdServer() as etcd:
+        registry = Registry(etcd.endpoints, "/wipe-test/")
+        try:
+            registry.publish(info(2))
+            mesh = FakeMesh({})
+            controller = MeshController(registry, info(1), mesh, resync=30, retry=0.2)
+            controller.start()
+            try:
+                wait(lambda: mesh.held == {2: info(2)}, "programmed n2")
+                etcd.wipe()
+                wait(lambda: 1 in _entries(registry), "this node published again")
+                assert not controller.removed.is_set()
+                assert mesh.held == {2: info(2)}, "the mesh to n2 dropped while n2 comes back"
+                registry.publish(info(2))  # n2's own agent publishes itself again
+                wait(lambda: _state(controller, "n2") == "programmed", "n2 still programmed")
+            finally:
+                controller.stop()
+        finally:
+            registry.close()
+
+
+def _entries(registry: Registry) -> dict[int, NodeInfo]:
+    try:
+        return registry.entries()[0]
+    except CniError:
+        return {}

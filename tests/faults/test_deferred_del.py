@@ -11,11 +11,16 @@ Plan (the agent down at the DEL, or killed at the `del:detach` failpoint inside 
 - the agent is back before the namespace goes: the agent converges by itself, settling the
   plugin's journal entry (without it, the record and address leaked until the runtime's GC,
   and after del:detach reconcile even re-wired the deleted pod); the runtime's GC releases the
-  attachment in any case.
+  attachment in any case;
+- the agent running but unreachable at the DEL (its socket moved away a moment), and the same
+  attachment ADDed again right after: the re-ADD settles the plugin's journal entry first, so
+  the drainer's next rescan does not tear the new attachment down (issue 15, defect 1).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 
 import pytest
@@ -80,3 +85,24 @@ def test_sandbox_removed_after_restart_is_released_by_gc(
     gc = run_plugin("GC", gc_config)
     assert gc.returncode == 0, f"{context}; GC: {gc}"
     assert_converged(node, f"{context}; agent restarted, sandbox removed ({leaked}), GC")
+
+
+def test_readd_right_after_a_journaled_del_keeps_its_network(
+    etcd_endpoints: list[str], make_node: NodeFactory
+) -> None:
+    node = make_node(etcd_endpoints)
+    agent = node.start()
+    pod = node.new_pod()
+    assert node.add(pod).ok
+    hidden = agent.socket.with_name("hidden.sock")
+    os.rename(agent.socket, hidden)  # the agent is up, but the plugin cannot reach it
+    try:
+        deleted = node.delete(pod)
+    finally:
+        os.rename(hidden, agent.socket)
+    context = f"DEL while the agent was unreachable: {deleted}"
+    assert deleted.deferred, context
+    again = node.add(pod)  # well within the drainer's 1 s rescan
+    assert again.ok, f"{context}; re-ADD: {again}"
+    time.sleep(2.5)  # two rescans of the drainer: the old DEL must not undo the new ADD
+    assert_converged(node, f"{context}; re-ADD at once, then the drainer ran")

@@ -4,7 +4,9 @@
 - Both are context managers; leaving the block (also by an exception) kills every member and
   removes the data dirs. `.endpoints` lists the client URLs.
 - Fault injection: `.stop()` / `.start()` (a cluster takes a member index) keep ports and data, so
-  a restarted member is the same member.
+  a restarted member is the same member; `.freeze()` / `.thaw()` SIGSTOP / SIGCONT the members:
+  requests then wait in their sockets and are answered, late, once thawed; `.wipe()` restarts
+  every member on the same ports with an empty data dir (etcd lost, or restored from nothing).
 
 Fast elections (`--heartbeat-interval 10 --election-timeout 100`) make a member healthy in ~0.1 s.
 """
@@ -107,6 +109,23 @@ class EtcdCluster:
     def stop(self, index: int | None = None) -> None:
         for member in self.members if index is None else [self.members[index]]:
             member.stop()
+
+    def freeze(self) -> None:
+        for member in self.members:
+            if member.proc is not None:
+                member.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for member in self.members:
+            if member.proc is not None:
+                member.proc.send_signal(signal.SIGCONT)
+
+    def wipe(self, wait: float = 20.0) -> None:
+        self.stop()
+        for member in self.members:
+            shutil.rmtree(member.data_dir, ignore_errors=True)
+        self._token = f"{os.path.basename(self._root)}-{time.monotonic_ns()}"
+        self.start(wait=wait)
 
     def close(self) -> None:
         try:

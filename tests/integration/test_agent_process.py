@@ -156,3 +156,33 @@ def test_agent_waits_for_an_etcd_that_starts_after_it(tmp_path: Path) -> None:
         time.sleep(1.0)
         assert waiting.process.poll() is None
         assert waiting.stop() == 1  # SIGTERM ends the wait: "cannot start", not a hang
+
+
+def test_sigterm_ends_the_agent_even_with_a_worker_stuck_in_a_request(
+    tmp_path: Path, etcd_endpoints: list[str], make_netns: Callable[[], str]
+) -> None:
+    """A worker that never returns (held for ever at a failpoint, as a deadlock or a wedged
+    syscall would) must not keep a stopped agent alive (issue 15, defect 4)."""
+    config = agent_config(tmp_path, etcd_endpoints, pod_subnet=SUBNET,
+                          node_name=f"stuck-{secrets.token_hex(3)}")
+    agent = start_agent(tmp_path, config, "stuck", env={"VSWITCH_FAILPOINTS": "add:wire=hang"})
+    try:
+        agent.wait_ready()
+        out = run_plugin("ADD", net_config(agent, timeoutSeconds=2),
+                         container_id=f"c{secrets.token_hex(8)}", netns=make_netns())
+        assert out.returncode != 0, out.stdout
+        assert "failpoint add:wire: hang" in agent.log()
+        agent.process.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = agent.process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, agent.log()[-3000:]
+        assert "still in a request" in agent.log()
+    finally:
+        agent.stop(signal.SIGKILL)
+        for line in subprocess.run(["ip", "-o", "link"], capture_output=True,
+                                   text=True).stdout.splitlines():
+            name = line.split(":")[1].strip().split("@")[0]
+            if name.startswith(config["HostInterfacePrefix"]) or name == config["GatewayInterface"]:
+                subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)

@@ -6,6 +6,12 @@
 - A live pod whose wiring was damaged behind the agent's back is repaired by reconcile, with
   its recorded addresses, and reachable again.
 - A netns path that now names another namespace is a dead pod.
+- An ADD whose final write etcd applied but answered too late (the ADD fails with 11), etcd then
+  not answering the undo's delete either: the undo is journaled like a DEL, the address stays
+  reserved, and once etcd answers no record is left, "ready" or not (issue 15, defect 5).
+- A DEL the plugin journaled on disk (agent unreachable) is settled by the next ADD of the same
+  attachment before that ADD proceeds, even when no rescan has read the entry yet: else the
+  drainer later tears the new attachment down (issue 15, defect 1).
 
 Real pieces in this process: an own etcd (stopped and started), the kernel dataplane in this
 machine's namespace, pod sides in fresh test namespaces; a lifecycle PodManager per "agent".
@@ -13,27 +19,22 @@ machine's namespace, pod sides in fresh test namespaces; a lifecycle PodManager 
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
-from agent.dataplane.kernel import KernelDataplane
 from agent.errors import TryAgainLater, UnknownContainer
-from agent.journal import DeleteJournal
+from agent.model import PodRecord
 from agent.pods import PodManager
-from agent.pools import Pools
 from agent.reconcile import reconcile
-from agent.request import CniRequest
-from agent.store import Store
-from ipam import IPAMConfig, node_networks
+from cni_client.journal import journal_delete
 from tests.helpers.etcd import EtcdServer
 from tests.helpers.netns import ping
+from tests.integration.lifecycle import host_link, in_use, link_exists, managers, request
 
 SUBNET = "10.236.0.0/16"
 T = TypeVar("T")
@@ -48,45 +49,8 @@ def etcd() -> Iterator[EtcdServer]:
 @pytest.fixture
 def node(etcd: EtcdServer, tmp_path: Path) -> Iterator[Callable[[], PodManager]]:
     """Builds "agents" for one node: same etcd prefix, gateway link and state dir."""
-    cfg, _ = IPAMConfig.from_mapping({"PodSubnetCIDR": SUBNET})
-    networks = node_networks(cfg, 1)
-    prefix = networks.pod_subnets[0].prefixlen
-    gateways = [ipaddress.ip_interface(f"{networks.gateways[0]}/{prefix}")]
-    suffix = secrets.token_hex(3)
-    gw_ifname, host_prefix, etcd_prefix = f"vse{suffix}", f"e{suffix[:3]}", f"/down-{suffix}/"
-    stores: list[Store] = []
-
-    def make() -> PodManager:
-        store = Store(etcd.endpoints, etcd_prefix, timeout=1.0)
-        stores.append(store)
-        dataplane = KernelDataplane(gateways, 1400, gw_ifname, host_prefix)
-        dataplane.start()
-        journal = DeleteJournal(tmp_path / "state" / "pending-deletes")
-        return PodManager(1, store, dataplane, Pools(networks), 1400, journal=journal)
-
-    try:
+    with managers(etcd.endpoints, tmp_path / "state", SUBNET) as make:
         yield make
-    finally:
-        for store in stores:
-            store.close()
-        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        for line in links.splitlines():
-            name = line.split(":")[1].strip().split("@")[0]
-            if name.startswith(host_prefix) or name == gw_ifname:
-                subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
-
-
-def request(verb: str, netns: str, container_id: str) -> CniRequest:
-    return CniRequest(
-        verb=verb, cni_version="1.1.0", container_id=container_id, ifname="eth0",
-        netns=netns, config={}, args={"K8S_POD_NAMESPACE": "ns", "K8S_POD_NAME": container_id},
-    )
-
-
-def host_link(pods: PodManager, container_id: str) -> str:
-    dp = pods.dataplane
-    assert isinstance(dp, KernelDataplane)
-    return dp.host_prefix + request("ADD", "/x", container_id).key.digest()
 
 
 def retry_while_unreachable(call: Callable[[], T]) -> T:
@@ -98,16 +62,6 @@ def retry_while_unreachable(call: Callable[[], T]) -> T:
         except TryAgainLater:
             time.sleep(0.1)
     return call()
-
-
-def link_exists(name: str) -> bool:
-    return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
-
-
-def in_use(pods: PodManager) -> int:
-    used = pods.pools.usage()[0]["inUse"]
-    assert isinstance(used, int)
-    return used
 
 
 def test_del_while_etcd_down_is_journaled_and_settled_by_the_drainer(
@@ -187,6 +141,90 @@ def test_add_of_a_journaled_attachment_settles_it_first(
     assert link_exists(host_link(pods, "again"))
     assert pods.check(request("CHECK", netns, "again")).key == record.key
     assert in_use(pods) == 1
+
+
+def test_readd_settles_a_del_the_plugin_journaled_first(
+    node: Callable[[], PodManager], make_netns: Callable[[], str], tmp_path: Path
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    first = pods.add(request("ADD", netns, "readd"))
+    # The runtime's DEL could not reach the agent: the plugin journaled it and exited 0.
+    journal_delete(str(tmp_path / "state"), "readd", "eth0", netns)
+    again = pods.add(request("ADD", netns, "readd"))  # before any rescan read the entry
+    assert pods.journal is not None and len(pods.journal) == 0
+    assert again.created > first.created, "the re-ADD answered the old, deleted attachment"
+    assert pods.drain_journal() == 0  # what the drainer does a second later
+    assert pods.check(request("CHECK", netns, "readd")).key == again.key
+    assert link_exists(host_link(pods, "readd"))
+    assert in_use(pods) == 1
+
+
+class LateEtcd:
+    """The store, except that etcd applies the ADD's final write but its answer comes after the
+    deadline, and etcd then answers nothing (the undo's delete) until the test says so."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def update_pod(
+        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
+    ) -> None:
+        self._real.update_pod(node_id, record, previous)
+        raise TryAgainLater("etcd is unreachable (update pod)", "answered after the deadline")
+
+    def delete_pod(self, *args: Any, **kwargs: Any) -> PodRecord | None:
+        raise TryAgainLater("etcd is unreachable (delete pod)", "no answer")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_an_add_whose_final_write_is_answered_late_leaves_no_record(
+    node: Callable[[], PodManager], make_netns: Callable[[], str]
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    real = pods.store
+    pods.store = LateEtcd(real)
+    with pytest.raises(TryAgainLater):
+        pods.add(request("ADD", netns, "late"))
+    pods.store = real
+    key = request("ADD", netns, "late").key
+    assert not link_exists(host_link(pods, "late"))
+    assert in_use(pods) == 1, "released while etcd may still hold the allocation"
+    assert pods.journal is not None and pods.journal.has(key)
+
+    assert pods.drain_journal() == 0  # etcd answers again
+    assert real.get_pod(1, key) is None, "the failed ADD left its record"
+    assert real.list_allocations(1) == {}  # type: ignore[attr-defined]
+    assert in_use(pods) == 0
+    again = pods.add(request("ADD", netns, "late"))  # the runtime's retry
+    assert pods.check(request("CHECK", netns, "late")).key == again.key
+    assert in_use(pods) == 1
+
+
+def test_the_runtimes_del_after_a_late_answered_add_releases_once(
+    node: Callable[[], PodManager], make_netns: Callable[[], str]
+) -> None:
+    pods = node()
+    reconcile(pods)
+    netns = make_netns()
+    real = pods.store
+    pods.store = LateEtcd(real)
+    with pytest.raises(TryAgainLater):
+        pods.add(request("ADD", netns, "late"))
+    pods.store = real
+    journaled = pods.journal.get(request("DEL", netns, "late").key) if pods.journal else None
+    assert journaled is not None and journaled.record is not None
+    pods.delete(request("DEL", netns, "late"))  # etcd answers again before the drainer runs
+    assert in_use(pods) == 0
+    pods.pools.reserve(journaled.record.addresses)  # the freed address is handed out again
+    pods.drain_journal()
+    assert in_use(pods) == 1, "an address was released twice: a live pod's is free again"
+    assert real.list_allocations(1) == {}  # type: ignore[attr-defined]
 
 
 def test_reconcile_treats_a_reused_netns_path_as_dead(

@@ -12,12 +12,15 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from agent.errors import InvalidConfig
+from agent.errors import InvalidConfig, TryAgainLater
+from agent.model import PodRecord
 from agent.nodes import NodeIdentity, release
-from agent.store import Store
+from agent.store import Binding, Store
 from ipam import IPAMConfig
 from tests.helpers.etcd import EtcdCluster, EtcdServer
 
@@ -124,3 +127,102 @@ def test_one_member_down_still_serves(cluster3: EtcdCluster, prefix: str) -> Non
     finally:
         store.close()
         cluster3.start(0)
+
+
+def _record(cid: str, ip: str) -> PodRecord:
+    return PodRecord(container_id=cid, ifname="eth0", netns="/run/netns/x",
+                     addresses=[f"{ip}/32"], gateways=["10.1.1.1"])
+
+
+def _reconnected(store: Store) -> None:
+    """Waits until the client reaches the restarted etcd (a refused call is skipped for 1 s)."""
+    for _ in range(50):
+        try:
+            store.ping()
+            return
+        except TryAgainLater:
+            time.sleep(0.1)
+    store.ping()
+
+
+def test_a_lost_binding_is_bound_again_and_guards_pod_writes(
+    etcd: EtcdServer, prefix: str, tmp_path: Path
+) -> None:
+    """Issue 15, defect 2: etcd wiped under a running agent."""
+    cfg, _ = IPAMConfig.from_mapping({})
+    store = Store(etcd.endpoints, prefix)
+    other = Store(etcd.endpoints, prefix)
+    try:
+        assert NodeIdentity(store, "a", cfg, str(tmp_path)).acquire() == 1
+        store.put_pod(1, _record("before", "10.1.1.2"))
+        assert store.bind_node_id("a", 1) == Binding()
+        etcd.wipe()
+        _reconnected(store)
+        with pytest.raises(TryAgainLater, match="no longer bound"):
+            store.put_pod(1, _record("window", "10.1.1.3"))  # nothing written while unbound
+        assert store.list_allocations(1) == {}
+        assert store.bind_node_id("a", 1) == Binding(rewritten=True)
+        assert other.node_ids() == {"a": 1}
+        store.put_pod(1, _record("after", "10.1.1.4"))
+        assert set(store.list_allocations(1)) == {"10.1.1.4"}
+        # the binding rewritten for this same node (a backup of its own older claim): still its
+        assert other.release_node_id("a") and other.claim_node_id("a", 254) == 1
+        store.put_pod(1, _record("same-node", "10.1.1.6"))
+        assert set(store.list_allocations(1)) == {"10.1.1.4", "10.1.1.6"}
+
+        etcd.wipe()
+        _reconnected(store)
+        _reconnected(other)
+        assert other.claim_node_id("b", 254) == 1  # another node took the ID meanwhile
+        assert store.bind_node_id("a", 1) == Binding(holder="b")
+        with pytest.raises(TryAgainLater, match="held by node b"):
+            store.put_pod(1, _record("refused", "10.1.1.5"))
+        assert other.list_allocations(1) == {}
+    finally:
+        store.close()
+        other.close()
+
+
+def test_a_restarted_agent_takes_its_remembered_id_back_after_a_wipe(
+    etcd: EtcdServer, prefix: str, tmp_path: Path
+) -> None:
+    cfg, _ = IPAMConfig.from_mapping({})
+
+    def start(name: str) -> int:
+        """An agent of node `name` starting (its own client, its own state dir)."""
+        store = Store(etcd.endpoints, prefix)
+        try:
+            _reconnected(store)
+            return NodeIdentity(store, name, cfg, str(tmp_path / name)).acquire()
+        finally:
+            store.close()
+
+    assert [start(name) for name in ("a", "b", "c")] == [1, 2, 3]
+    etcd.wipe()
+    assert start("c") == 3  # first back: without its state dir it would take ID 1, a's subnet
+    assert start("a") == 1
+    assert start("new") == 2
+    assert start("b") == 4  # its ID went to "new": a free one (remembered) instead of sharing one
+    assert (tmp_path / "b" / "node-id").read_text().strip() == "4"
+    store = Store(etcd.endpoints, prefix)
+    try:
+        assert store.node_ids() == {"a": 1, "new": 2, "c": 3, "b": 4}
+    finally:
+        store.close()
+
+
+def test_a_binding_deleted_while_etcd_goes_forward_is_a_removal(
+    etcd: EtcdServer, prefix: str, tmp_path: Path
+) -> None:
+    """`node remove` (or agent.nodes release) of a running node is never undone by its agent."""
+    cfg, _ = IPAMConfig.from_mapping({})
+    store = Store(etcd.endpoints, prefix)
+    operator = Store(etcd.endpoints, prefix)
+    try:
+        assert NodeIdentity(store, "a", cfg, str(tmp_path)).acquire() == 1
+        assert operator.release_node_id("a")
+        assert store.bind_node_id("a", 1) == Binding(removed=True)
+        assert operator.node_ids() == {}
+    finally:
+        store.close()
+        operator.close()

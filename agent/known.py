@@ -1,0 +1,98 @@
+"""The node's own copy of its pod records: in memory, and mirrored on the node's disk.
+
+etcd stays the truth for every decision; this agent is the only writer of its node's records, so
+it can keep a copy of them. The copy finds a pod's older sandbox without listing etcd on every
+ADD, lets a DEL tear a pod down while etcd is unreachable (agent/journal keeps the release), and
+gives the records back when etcd lost them (wiped, restored from an old backup): a live pod is
+never unwired because etcd forgot it (agent/binding while the agent runs, agent/reconcile at
+start).
+
+The mirror is one JSON file per ready attachment, `<StateDir>/pods/<sha256(key)[:32]>.json`,
+written whole (temp file, rename) when the record is ready or rewired and removed with it. It
+is not fsync'd: a node that loses power loses its pods too, and with them the need for a copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from agent.model import PodKey, PodRecord
+
+log = logging.getLogger(__name__)
+
+
+class KnownRecords:
+    """Ready records by key; with a directory, every change is mirrored there."""
+
+    def __init__(self, directory: str | Path | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else None
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock = threading.Lock()
+        self._records: dict[PodKey, PodRecord] = {}
+
+    def load(self, records: Iterable[PodRecord]) -> None:
+        """Replaces the copy (reconcile, with the surviving records); the mirror follows."""
+        kept = {r.key: r for r in records}
+        with self._lock:
+            self._records = dict(kept)
+        for record in kept.values():
+            self._write(record)
+        for key in {r.key for r in self.on_disk()} - set(kept):
+            self._unlink(key)
+
+    def remember(self, record: PodRecord) -> None:
+        with self._lock:
+            self._records[record.key] = record
+        self._write(record)
+
+    def forget(self, key: PodKey) -> None:
+        with self._lock:
+            self._records.pop(key, None)
+        self._unlink(key)
+
+    def get(self, key: PodKey) -> PodRecord | None:
+        with self._lock:
+            return self._records.get(key)
+
+    def all(self) -> list[PodRecord]:
+        with self._lock:
+            return list(self._records.values())
+
+    def on_disk(self) -> list[PodRecord]:
+        """The mirrored records (what the previous agent knew); unreadable files are skipped."""
+        if self.directory is None:
+            return []
+        found: list[PodRecord] = []
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                found.append(PodRecord.from_json_dict(json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError, AttributeError) as exc:
+                log.warning("pod record copy %s is unreadable (%s); ignored", path, exc)
+        return found
+
+    def _path(self, key: PodKey) -> Path:
+        assert self.directory is not None
+        return self.directory / f"{key.digest(32)}.json"
+
+    def _write(self, record: PodRecord) -> None:
+        if self.directory is None:
+            return
+        path = self._path(record.key)
+        tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+        try:
+            tmp.write_text(json.dumps(record.to_json_dict()))
+            os.replace(tmp, path)
+        except OSError as exc:  # the copy is a safety net: the request goes on without it
+            log.error("cannot mirror the record of %s in %s: %s", record.key, path, exc)
+
+    def _unlink(self, key: PodKey) -> None:
+        if self.directory is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(key))
