@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Protocol, TypeVar
 
-from agent import failpoints
+from agent import failpoints, netlink
 from agent.dataplane import Dataplane, UndoStack
 from agent.errors import CniError, InternalError, TryAgainLater
 from agent.journal import DeleteJournal
@@ -139,17 +139,30 @@ def _phase(m: Parts, name: str, step: Callable[[], T]) -> T:
 
 
 def netns_identity(path: str) -> str:
-    """'device:inode' of a network namespace file, "" when it cannot be read.
+    """`cookie:<n>`, the kernel's never-reused cookie of the network namespace at `path` (or
+    `dev:inode` of its file on a kernel without cookies); "" when it cannot be read.
 
     A path alone does not name a namespace for ever: /proc/PID/ns/net points at another one once
-    the PID is reused, and a bind-mount path can be reused by a new sandbox."""
+    the PID is reused, and a bind-mount path can be reused by a new sandbox. The file's inode
+    number is not enough either: the kernel hands a freed namespace's number to the next one."""
     try:
+        cookie = netlink.netns_cookie(path)
+        if cookie is not None:
+            return f"cookie:{cookie}"
         st = os.stat(path)
-    except OSError:
+    except (OSError, CniError):
         return ""
     return f"{st.st_dev}:{st.st_ino}"
 
 
 def netns_matches(record: PodRecord) -> bool:
     """The record's netns path still names the namespace ADD wired (unknown inode: trusted)."""
-    return not record.netns_inode or netns_identity(record.netns) == record.netns_inode
+    if not record.netns_inode:
+        return True
+    if record.netns_inode.startswith("cookie:"):
+        return netns_identity(record.netns) == record.netns_inode
+    try:  # a record written before cookies: its namespace file's dev:inode
+        st = os.stat(record.netns)
+    except OSError:
+        return False
+    return f"{st.st_dev}:{st.st_ino}" == record.netns_inode

@@ -75,7 +75,9 @@ class PodRecord:
     wiring: dict[str, Any] = field(default_factory=dict)  # asdict(Wiring)
     mtu: int = 0
     created: float = 0.0
-    netns_inode: str = ""  # "dev:inode" of the netns at ADD (agent.adding.netns_identity)
+    # The netns's identity at ADD (agent.adding.netns_identity): "cookie:<n>", or "dev:inode" in
+    # records written before cookies (the field keeps its first name: it is stored in etcd).
+    netns_inode: str = ""
 
     @property
     def key(self) -> PodKey:

@@ -190,6 +190,23 @@ def _socket_in(nsfd: int, netns_path: str) -> socket.socket:
         os.close(own)
 
 
+SO_NETNS_COOKIE = 71  # linux/socket.h, kernel >= 5.14
+
+
+def netns_cookie(netns_path: str) -> int | None:
+    """The namespace's cookie: a 64-bit number the kernel never gives to another namespace while
+    it runs (its nsfs inode number is reused as soon as a namespace is freed). None on a kernel
+    without SO_NETNS_COOKIE. Raises InvalidEnvironment when the path is no pod namespace."""
+    with netns_fd(netns_path) as fd:
+        sock = _socket_in(fd, netns_path)
+    with sock:
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
+        except OSError:  # ENOPROTOOPT: an older kernel
+            return None
+    return int.from_bytes(raw, "little")
+
+
 @contextmanager
 def pod_ns(netns_path: str) -> Iterator[IPRoute]:
     """An IPRoute bound to the network namespace at `netns_path` (never created if missing)."""

@@ -10,13 +10,15 @@ creates a missing namespace.
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
 from agent import netlink
+from agent.adding import netns_identity, netns_matches
 from agent.errors import InvalidEnvironment
-from agent.model import PodKey
-from tests.helpers.netns import process_netns, run_in, unique
+from agent.model import PodKey, PodRecord
+from tests.helpers.netns import named_netns, process_netns, run_in, unique
 
 
 def test_veth_into_named_netns(node_ns: str, pod_netns: str) -> None:
@@ -87,3 +89,21 @@ def test_bad_ifname_names_cni_ifname(node_ns: str, pod_netns: str, bad: str) -> 
     with pytest.raises(InvalidEnvironment, match="CNI_IFNAME"):
         netlink.create_veth(unique("th"), pod_netns, bad, 1500, None, "x")
     assert netlink.links_with_alias_prefix("") == {}
+
+
+def test_a_namespace_made_again_at_the_same_path_has_another_cookie() -> None:
+    """The kernel reuses a freed namespace's inode number at once, so dev:inode cannot tell a
+    recreated sandbox from the old one; the cookie can, every time."""
+    with named_netns("tck") as path:
+        name = path.rsplit("/", 1)[1]
+        first = netns_identity(path)
+        assert first.startswith("cookie:")
+        old_style = f"{os.stat(path).st_dev}:{os.stat(path).st_ino}"
+        record = PodRecord("c1", "eth0", path, [], [], netns_inode=old_style)
+        assert netns_matches(record)  # records written before cookies still match
+        for _ in range(5):
+            subprocess.run(["ip", "netns", "del", name], check=True)
+            subprocess.run(["ip", "netns", "add", name], check=True)
+            again = netns_identity(path)
+            assert again.startswith("cookie:") and again != first
+            first = again
