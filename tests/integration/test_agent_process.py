@@ -21,7 +21,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.helpers.agent import agent_config, net_config, run_plugin, running_agent, start_agent
+from tests.helpers.agent import (
+    AgentHandle,
+    agent_config,
+    net_config,
+    run_plugin,
+    running_agent,
+    start_agent,
+)
 from tests.helpers.etcd import EtcdServer
 from tests.helpers.netns import ping
 
@@ -132,6 +139,14 @@ def test_sigterm_drains_in_flight_adds(
                        capture_output=True, check=False)
 
 
+def wait_for_log(agent: AgentHandle, text: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in agent.log():
+        assert agent.process.poll() is None, agent.log()
+        assert time.monotonic() < deadline, f"no {text!r} in the agent's log:\n{agent.log()}"
+        time.sleep(0.05)
+
+
 def test_agent_waits_for_an_etcd_that_starts_after_it(tmp_path: Path) -> None:
     """A node reboot starts etcd and the agent in any order: the agent retries instead of
     exiting, and a SIGTERM still ends the wait."""
@@ -141,7 +156,9 @@ def test_agent_waits_for_an_etcd_that_starts_after_it(tmp_path: Path) -> None:
                               node_name=f"late-{secrets.token_hex(3)}")
         agent = start_agent(tmp_path, config, "early")
         try:
-            time.sleep(1.5)
+            # Waiting for what the agent says, not a fixed time: under load its start-up (the
+            # imports) alone can take longer than any sleep chosen here.
+            wait_for_log(agent, "etcd not reachable yet")
             assert agent.process.poll() is None, agent.log()
             etcd.start()
             agent.wait_ready()
@@ -153,7 +170,7 @@ def test_agent_waits_for_an_etcd_that_starts_after_it(tmp_path: Path) -> None:
 
         etcd.stop()
         waiting = start_agent(tmp_path, config, "interrupted")
-        time.sleep(1.0)
+        wait_for_log(waiting, "etcd not reachable yet")  # its SIGTERM handler is in place
         assert waiting.process.poll() is None
         assert waiting.stop() == 1  # SIGTERM ends the wait: "cannot start", not a hang
 
