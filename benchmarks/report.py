@@ -9,10 +9,12 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchmarks.agent_metrics import Histogram
 from benchmarks.cni_bench import VERBS, Throughput
 from benchmarks.ipam_core import IpamFigures
+from benchmarks.mesh_scale import render as render_mesh
 from benchmarks.nodeid import Race
 from benchmarks.restart import RestartFigures
 from benchmarks.stats import Summary, ratio
@@ -45,6 +47,7 @@ class Results:
     restart: RestartFigures | None = None
     nodeid: list[Race] = field(default_factory=list)
     ipam: IpamFigures | None = None
+    mesh: dict[str, Any] | None = None
     traffic: list[Figures] = field(default_factory=list)
     traffic_counts: TrafficCounts | None = None
     load_end: str = ""
@@ -186,6 +189,12 @@ def render(r: Results) -> str:
     out += _nodeid_section(r)
     out += _ipam_section(r)
     out += _memory_section(r)
+    if r.mesh is not None:
+        out += ["## Node mesh at scale (issue #11)", "", render_mesh(r.mesh), "",
+                "Measured by `benchmarks/mesh_scale.py` (also alone: `python3 -m "
+                "benchmarks.mesh_scale --nodes N`): the synthetic nodes' addresses are in a range "
+                "nothing answers; the kernel programs their FDB entries, neighbors and routes all "
+                "the same.", ""]
     if r.traffic and r.traffic_counts is not None:
         out += render_traffic(r.traffic, r.traffic_counts)
     return "\n".join(out).rstrip() + "\n"

@@ -31,6 +31,7 @@ from benchmarks import (
     cni_bench,
     ipam_core,
     machine,
+    mesh_scale,
     nodeid,
     plugin_exec,
     restart,
@@ -194,6 +195,9 @@ def run(counts: Counts, mode: str, command: str) -> Results:
                       for i in range(counts.races)]
     log("IPAM core")
     res.ipam = ipam_core.run(counts.ipam_runs, counts.churn_operations)
+    mesh_nodes = 1000 if counts is FULL else 20
+    log(f"node mesh: one agent programming a registry of {mesh_nodes} nodes")
+    res.mesh = mesh_scale.run(mesh_nodes, 20 if counts is FULL else 3)
     log("pod-to-pod traffic: bare veth, kernel dataplane, VPP dataplane")
     res.traffic_counts = traffic.QUICK if counts is QUICK else traffic.FULL
     res.traffic = traffic.run(res.traffic_counts)

@@ -29,7 +29,8 @@ SECTIONS = [
     "## 1. CNI ADD / CHECK / DEL latency through libcni (sequential)", "### VPP dataplane",
     "### Where an ADD's time goes", "## 2. Throughput", "## 3. Plugin executable cost",
     "## 4. Reconcile after an agent restart", "## 5. Node-ID allocation", "## 6. IPAM core",
-    "## 7. Agent memory", "## Pod-to-pod traffic on one node (issue #18)",
+    "## 7. Agent memory", "## Node mesh at scale (issue #11)",
+    "## Pod-to-pod traffic on one node (issue #18)",
 ]
 TARGETS = ["ADD median / reference ADD median", "ADD p99", "pods/s, 16 concurrent ADDs",
            "DEL median / reference DEL median", "plugin exec median", "reconcile of",
