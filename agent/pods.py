@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, TypeVar
 
-from agent import failpoints, podside
+from agent import failpoints, logs, podside
 from agent.dataplane import Dataplane, UndoStack
 from agent.errors import CniError, InternalError, TryAgainLater, UnknownContainer
 from agent.journal import DeleteJournal
@@ -176,7 +176,10 @@ class PodManager:
     def _phase(self, name: str, step: Callable[[], T]) -> T:
         start = time.perf_counter()
         try:
-            result = step()
+            with logs.bound(phase=name):
+                result = step()
+                log.debug("ADD phase %s done in %.1f ms", name,
+                          (time.perf_counter() - start) * 1000)
         finally:
             self.metrics.phase(name, time.perf_counter() - start)
         failpoints.hit(f"add:{name}")
