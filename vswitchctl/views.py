@@ -128,11 +128,16 @@ def pod(ctx: Context, which: str) -> View:
     for node, record in found:
         check = _check(ctx, node, record, view.agent_errors)
         view.document.append({"node": node.name, "record": record.to_json_dict(),
-                              "check": check})
+                              "check": _without_record(check)})
         if check is not None and not check.get("ok"):
             view.failed = True
         view.rows += _pod_rows(node, record, check)
     return view
+
+
+def _without_record(check: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The check's outcome; its copy of the record is the one shown beside it."""
+    return None if check is None else {k: v for k, v in check.items() if k != "record"}
 
 
 def _pod_rows(node: Node, record: PodRecord, check: dict[str, Any] | None) -> list[list[str]]:
