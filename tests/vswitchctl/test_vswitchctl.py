@@ -2,12 +2,12 @@
 
 Test plan (one cluster, tests/helpers/cluster; vswitchctl runs inside node-1's namespace with
 node-1's config file, as an operator on that node would):
-- `nodes`: table and JSON list both nodes with their registry entries, and each agent reports
+- `nodes`: table, JSON and YAML list both nodes with their registry entries, and each agent reports
   the mesh to the other programmed; `--etcd URL` without a config gives the same nodes.
 - `pods`: every pod with its node, addresses and host interface; `--node`, `-n` filter.
-- `pod NAME`: the record plus a live check through the agent (ok); after the pod's netns is
-  deleted the check fails (exit 1) naming the netns, and `ipam` lists it as a leak candidate,
-  next to an allocation key written without a pod record.
+- `pod NAME`: the record plus a live check through the agent (ok; the same with `--agent URL`);
+  after the pod's netns is deleted the check fails (exit 1) naming the netns, and `ipam` lists
+  it as a leak candidate, next to an allocation key written without a pod record.
 - `node remove`: refused (exit 1) while the node's agent is live; with node-2's agent stopped,
   `nodes` still shows what etcd knows and exits 4 with one line naming the agent; `pod` of its
   pod exits 4; then `node remove` succeeds and the node is gone from `nodes`.
@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.helpers.cluster import ETCD_URL, REPO, Cluster, Node, converged, in_netns, wait_for
 
@@ -73,6 +75,8 @@ def test_vswitchctl_on_a_two_node_cluster(tmp_path: Path) -> None:
         assert [n["registry"]["nodeIP"] for n in nodes] == [one.node_ip, two.node_ip]
         assert nodes[0]["mesh"][two.name]["state"] == "programmed"
         assert nodes[1]["mesh"][one.name]["state"] == "programmed"
+        as_yaml = ctl(one, "-o", "yaml", "nodes")
+        assert yaml.safe_load(as_yaml.stdout) == nodes
         plain = ctl(one, "--etcd", ETCD_URL, "-o", "json", "nodes", config=False)
         assert [n["id"] for n in json.loads(plain.stdout)] == [one.node_id(), two.node_id()]
 
@@ -89,6 +93,9 @@ def test_vswitchctl_on_a_two_node_cluster(tmp_path: Path) -> None:
         checked = ok_json(one, "pod", f"default/{pod2.name}")
         assert isinstance(checked, list) and checked[0]["check"]["ok"] is True
         assert checked[0]["record"]["wiring"]["host_ifname"]
+        direct = f"http://{two.node_ip}:{two.rest_port}"
+        via = ok_json(one, "--agent", direct, "pod", pod2.name)
+        assert via[0]["check"] == checked[0]["check"]
 
         put_orphan_allocation(cluster, one.node_id(), "10.1.1.250")
         subprocess.run(["ip", "netns", "del", pod1.name], check=True)
