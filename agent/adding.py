@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Protocol, TypeVar
 
-from agent import failpoints, netlink
+from agent import failpoints, logs, netlink
 from agent.dataplane import Dataplane, UndoStack
 from agent.errors import CniError, InternalError, TryAgainLater
 from agent.journal import DeleteJournal
@@ -130,7 +130,9 @@ def _unwrite(
 def _phase(m: Parts, name: str, step: Callable[[], T]) -> T:
     start = time.perf_counter()
     try:
-        result = step()
+        with logs.bound(phase=name):
+            result = step()
+            log.debug("ADD phase %s done in %.1f ms", name, (time.perf_counter() - start) * 1000)
     finally:
         m.metrics.phase(name, time.perf_counter() - start)
     failpoints.hit(f"add:{name}")

@@ -18,6 +18,7 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
@@ -31,6 +32,7 @@ from agent.dataplane import Dataplane
 from agent.errors import Degraded, NotReady, TryAgainLater
 from agent.journal import DeleteJournal
 from agent.metrics import Metrics
+from agent.model import PodKey
 from agent.nodes import NodeIdentity
 from agent.pods import PodManager
 from agent.pools import Pools
@@ -112,9 +114,7 @@ class Agent:
             self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics, journal=journal,
             records_dir=os.path.join(cfg.state_dir, "pods"),
         )
-        # Every pod holds one address of the first family, so the pool's use counts the pods.
-        self.metrics.gauge("vswitch_cni_pods", lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
-        self.metrics.gauge("vswitch_cni_pending_deletes", lambda: float(len(journal)))
+        self._register_gauges(pools, journal)
         self._phase = "starting: reconciling pods"
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
@@ -124,10 +124,51 @@ class Agent:
         if self.cluster is not None:
             self.cluster.start()
         self._service = CniService(self.pods, self.status, cfg.workers)
-        self.metrics.gauge("vswitch_cni_busy_workers", lambda: float(self._busy()))
+        self.metrics.gauge("vswitch_cni_busy_workers", "CNI requests being served now.",
+                           lambda: float(self._busy()))
         self._serve_cni(self._service)
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
+
+    def _register_gauges(self, pools: Pools, journal: DeleteJournal) -> None:
+        """The scrape-time gauges (docs/metrics.md)."""
+        m = self.metrics
+        # Every pod holds one address of the first family, so the pool's use counts the pods.
+        m.gauge("vswitch_cni_pods", "Pod attachments on this node.",
+                lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
+        m.gauge("vswitch_cni_pending_deletes", "DELs whose etcd release is still journaled.",
+                lambda: float(len(journal)))
+        for key, name, text in (("capacity", "capacity", "Assignable pod addresses"),
+                                ("inUse", "in_use", "Pod addresses in use"),
+                                ("free", "free", "Pod addresses free")):
+            m.labelled(f"vswitch_cni_pool_{name}", f"{text} per family and subnet.",
+                       ("family", "subnet"), _pool_reader(pools, key))
+        m.labelled("vswitch_cni_reconcile_pods", "Outcome of the start-up reconcile per pod.",
+                   ("result",), lambda: reconcile_counts(self.report))
+        m.gauge("vswitch_cni_etcd_up", "1 when etcd answers (checked at scrape time).",
+                self._etcd_up)
+        m.labelled("vswitch_cni_dataplane_up", "1 when the vswitch answers (VPP connected).",
+                   ("dataplane",), lambda: [((self.config.dataplane,),
+                                             float(bool(self.dataplane and
+                                                        self.dataplane.ready())))])
+        m.labelled("vswitch_cni_mesh_nodes", "Remote nodes by mesh state.", ("state",),
+                   self._mesh_counts)
+
+    def _etcd_up(self) -> float:
+        try:
+            self.store.ping()
+        except Exception:
+            return 0.0
+        return 1.0
+
+    def _mesh_counts(self) -> list[tuple[tuple[str], float]]:
+        counts = dict.fromkeys(("programmed", "failed", "pending"), 0)
+        if self.cluster is not None:
+            for node in self.cluster.snapshot()["nodes"]:
+                state = node.get("mesh", {}).get("state", "pending")
+                if state != "local":
+                    counts[state] = counts.get(state, 0) + 1
+        return [((state,), float(n)) for state, n in sorted(counts.items())]
 
     def _start_dataplane(self, dataplane: Dataplane) -> None:
         """Starts the dataplane, waiting like for etcd while the vswitch is not up yet (in the
@@ -317,8 +358,38 @@ class Agent:
             raise NotReady(f"this node is not in the node registry: {reason}")
         return self.cluster.snapshot()
 
+    def check_pod(self, container_id: str, ifname: str) -> dict[str, Any] | None:
+        """A live CHECK of one attachment for operators (read-only: nothing is repaired)."""
+        return self._started().inspect(PodKey(container_id, ifname))
+
     def last_reconcile(self) -> dict[str, Any]:
         return {**self.report.to_json(), "lastRepair": self.repair_report or None}
+
+
+def _pool_reader(pools: Pools, key: str) -> Callable[[], list[tuple[tuple[str, str], float]]]:
+    def read() -> list[tuple[tuple[str, str], float]]:
+        out = []
+        for pool in pools.usage():
+            subnet = str(pool["subnet"])
+            family = "6" if ":" in subnet else "4"
+            out.append(((family, subnet), float(pool[key])))  # type: ignore[arg-type]
+        return out
+
+    return read
+
+
+def reconcile_counts(report: ReconcileReport) -> list[tuple[tuple[str], float]]:
+    """Pods per reconcile outcome (the last reconcile; repairs after a VPP restart not counted)."""
+    counts = {
+        "live": report.live,
+        "removed_unfinished": len(report.removed_unfinished),
+        "removed_dead": len(report.removed_dead),
+        "removed_orphans": len(report.removed_orphans),
+        "repaired": len(report.repaired),
+        "damaged": len(report.damaged),
+        "errors": len(report.errors),
+    }
+    return [((result,), float(n)) for result, n in counts.items()]
 
 
 def make_dataplane(cfg: AgentConfig, networks: NodeNetworks) -> Dataplane:

@@ -11,7 +11,7 @@ import threading
 import time
 from types import FrameType
 
-from agent import __version__
+from agent import __version__, logs
 from agent.app import WORKER_PREFIX, Agent, StartupError
 from agent.cluster.remove import node_command
 from agent.config import AgentConfig, ConfigError, load, preflight
@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vswitch-agent", description=__doc__)
     parser.add_argument("--config", required=True, help="the agent's YAML config file")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--log-format", choices=logs.FORMATS, default="text",
+                        help="text lines (default) or one JSON object per line")
     parser.add_argument("--teardown", action="store_true",
                         help="remove the agent's host state (gateway interface, pod links, "
                              "routes) and exit; refused while an agent runs")
@@ -32,11 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="operator command: node remove NAME [--force] | node list")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.setup(args.log_level, args.log_format)
     if args.command:  # an operator command: the config names etcd, nothing starts
         if args.command[0] != "node":
             parser.error(f"unknown command {args.command[0]!r} (commands: node)")

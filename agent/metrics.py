@@ -1,84 +1,95 @@
-"""Prometheus metrics of the agent: request counts and latencies, ADD phase split, pod gauge.
+"""Prometheus metrics of the agent, on `prometheus-client`: one registry per agent.
 
-Small on purpose: counters and fixed-bucket histograms kept under one lock, rendered in the
-Prometheus text format by `render()` for GET /metrics.
+Series (docs/metrics.md lists them with their labels):
+
+    vswitch_cni_requests_total{verb,code}       counter: CNI requests by verb and CNI result code
+    vswitch_cni_request_seconds{verb}           histogram: handler latency per verb
+    vswitch_cni_add_phase_seconds{phase}        histogram: ADD's steps
+    vswitch_cni_<gauge>                         gauges read at scrape time (`gauge()`,
+                                                `labelled()`): pods, pools, reconcile, etcd and
+                                                dataplane state; app.py registers them
+    process_*                                   the library's process collector (RSS, CPU, fds)
+
+The request path only touches the counter and histograms (the library's own locks); the gauges
+are read when /metrics is scraped, so a slow source costs the scraper, never a CNI request. A
+gauge whose source fails is left out of that scrape (logged) instead of failing the scrape.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import defaultdict
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator, Sequence
 
-_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+# The buckets the benchmarks' figures were made with (benchmarks/agent_metrics.py reads them).
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+LabelledRead = Callable[[], Sequence[tuple[Sequence[str], float]]]  # (label values, value)
 
 
-class _Histogram:
+class _Gauges(Collector):
+    """Gauges computed at scrape time from the agent's state."""
+
     def __init__(self) -> None:
-        self.counts = [0] * len(_BUCKETS)
-        self.total = 0
-        self.sum = 0.0
+        # name -> (help, label names, read)
+        self.entries: dict[str, tuple[str, tuple[str, ...], LabelledRead]] = {}
 
-    def observe(self, value: float) -> None:
-        self.total += 1
-        self.sum += value
-        for i, bound in enumerate(_BUCKETS):
-            if value <= bound:
-                self.counts[i] += 1
+    def collect(self) -> Iterator[Metric]:
+        for name, (help_text, labels, read) in sorted(self.entries.items()):
+            try:
+                samples = read()
+            except Exception as exc:  # a source that is down: no sample this scrape
+                log.debug("metric %s not read: %s", name, exc)
+                continue
+            family = GaugeMetricFamily(name, help_text, labels=list(labels))
+            for values, value in samples:
+                family.add_metric(list(values), value)
+            yield family
 
 
 class Metrics:
     """The agent's metric registry."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._requests: dict[tuple[str, str], int] = defaultdict(int)
-        self._latency: dict[str, _Histogram] = defaultdict(_Histogram)
-        self._phases: dict[str, _Histogram] = defaultdict(_Histogram)
-        self._gauges: dict[str, Callable[[], float]] = {}
+        self.registry = CollectorRegistry()
+        self._requests = Counter(
+            "vswitch_cni_requests", "CNI requests by verb and CNI result code (0: success).",
+            ["verb", "code"], registry=self.registry,
+        )
+        self._latency = Histogram(
+            "vswitch_cni_request_seconds", "Time the agent took to answer a CNI request.",
+            ["verb"], buckets=BUCKETS, registry=self.registry,
+        )
+        self._phases = Histogram(
+            "vswitch_cni_add_phase_seconds", "Time of each step of a CNI ADD.",
+            ["phase"], buckets=BUCKETS, registry=self.registry,
+        )
+        self._gauges = _Gauges()
+        self.registry.register(self._gauges)
+        ProcessCollector(registry=self.registry)
 
     def request(self, verb: str, code: int, seconds: float) -> None:
-        with self._lock:
-            self._requests[(verb, str(code))] += 1
-            self._latency[verb].observe(seconds)
+        self._requests.labels(verb, str(code)).inc()
+        self._latency.labels(verb).observe(seconds)
 
     def phase(self, name: str, seconds: float) -> None:
-        with self._lock:
-            self._phases[name].observe(seconds)
+        self._phases.labels(name).observe(seconds)
 
-    def gauge(self, name: str, read: Callable[[], float]) -> None:
-        self._gauges[name] = read
+    def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        """A gauge without labels, read at scrape time."""
+        self._gauges.entries[name] = (help_text, (), lambda: [((), read())])
 
-    def phase_summary(self) -> dict[str, dict[str, float]]:
-        """Mean seconds and count per ADD phase (for benchmarks and the REST view)."""
-        with self._lock:
-            return {
-                name: {"count": h.total, "mean_seconds": h.sum / h.total if h.total else 0.0}
-                for name, h in self._phases.items()
-            }
+    def labelled(self, name: str, help_text: str, labels: Sequence[str],
+                 read: LabelledRead) -> None:
+        """A gauge with labels: `read` returns (label values, value) per series."""
+        self._gauges.entries[name] = (help_text, tuple(labels), read)
 
     def render(self) -> str:
-        lines: list[str] = []
-        with self._lock:
-            lines += [
-                "# HELP vswitch_cni_requests_total CNI requests by verb and CNI result code.",
-                "# TYPE vswitch_cni_requests_total counter",
-            ]
-            for (verb, code), n in sorted(self._requests.items()):
-                lines.append(f'vswitch_cni_requests_total{{verb="{verb}",code="{code}"}} {n}')
-            lines += _histogram("vswitch_cni_request_seconds", "verb", self._latency)
-            lines += _histogram("vswitch_cni_add_phase_seconds", "phase", self._phases)
-        for name, read in sorted(self._gauges.items()):
-            lines += [f"# TYPE {name} gauge", f"{name} {read()}"]
-        return "\n".join(lines) + "\n"
-
-
-def _histogram(name: str, label: str, series: dict[str, _Histogram]) -> list[str]:
-    lines = [f"# HELP {name} Latency in seconds.", f"# TYPE {name} histogram"]
-    for value, h in sorted(series.items()):
-        for bound, count in zip(_BUCKETS, h.counts, strict=True):
-            lines.append(f'{name}_bucket{{{label}="{value}",le="{bound}"}} {count}')
-        lines.append(f'{name}_bucket{{{label}="{value}",le="+Inf"}} {h.total}')
-        lines.append(f'{name}_sum{{{label}="{value}"}} {h.sum}')
-        lines.append(f'{name}_count{{{label}="{value}"}} {h.total}')
-    return lines
+        """The Prometheus text exposition (format 0.0.4) of every series."""
+        return generate_latest(self.registry).decode()

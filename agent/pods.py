@@ -30,6 +30,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from agent import failpoints, podside
 from agent.adding import PodSide, PodStore, add_steps, netns_matches
@@ -385,6 +386,25 @@ class PodManager:
             if problems:
                 raise CheckFailed(f"attachment {req.key} differs from its ADD", "; ".join(problems))
             return record
+
+    def inspect(self, key: PodKey) -> dict[str, Any] | None:
+        """The record of `key` and what its live state lacks (an operator's CHECK: the netns,
+        the dataplane and the pod side compared with the record; nothing changed), or None."""
+        with self.locks.hold(key):
+            record = self.store.get_pod(self.node_id, key)
+            if record is None:
+                return None
+            problems: list[str] = []
+            if self.journal is not None and key in self.journal:
+                problems.append("a DEL of it is pending (journaled)")
+            elif record.state != "ready":
+                problems.append(f"state is {record.state!r}: its ADD did not finish")
+            elif not (os.path.exists(record.netns) and netns_matches(record)):
+                problems.append(f"netns {record.netns} is gone")
+            else:
+                problems += self.live_problems(record)
+            return {"containerId": key.container_id, "ifname": key.ifname,
+                    "ok": not problems, "problems": problems, "record": record.to_json_dict()}
 
     def _problems(self, record: PodRecord, req: CniRequest) -> list[str]:
         problems: list[str] = []

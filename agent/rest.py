@@ -5,6 +5,7 @@
     GET /v1/allocations   IP -> pod, container ID, ifname, since   (?family=4|6)
     GET /v1/pools         per family: subnet, capacity, inUse, free
     GET /v1/pods          the pod records                           (?namespace=NS)
+    GET /v1/pods/<container ID>/check   a live CHECK of one attachment (?ifname=, default eth0)
     GET /v1/reconcile     the report of the last reconcile
     GET /v1/nodes         the node registry as seen here, mesh state per remote node
     GET /liveness         200 while the process works
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from agent.errors import NotReady, TryAgainLater
 from agent.model import pod_label
@@ -62,6 +64,7 @@ class RestSource(Protocol):
     def metrics_text(self) -> str: ...
     def last_reconcile(self) -> dict[str, Any]: ...
     def mesh_nodes(self) -> dict[str, Any]: ...  # agent.cluster.controller snapshot()
+    def check_pod(self, container_id: str, ifname: str) -> dict[str, Any] | None: ...
 
 
 class HttpError(Exception):
@@ -136,6 +139,19 @@ def _pods(src: RestSource, query: dict[str, str]) -> Reply:
     return _json({"pods": labelled})
 
 
+def _check(src: RestSource, container_id: str, query: dict[str, str]) -> Reply:
+    ifname = query.get("ifname", "eth0")
+    if not container_id or not ifname:
+        raise HttpError(HTTPStatus.BAD_REQUEST, "a container ID and an ifname are needed")
+    result = src.check_pod(container_id, ifname)
+    if result is None:
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no attachment {container_id}/{ifname} here")
+    return _json(result)
+
+
+CHECK_PATH = re.compile(r"^/v1/pods/(?P<cid>[^/]+)/check$")
+
+
 def _reconcile(src: RestSource, _query: dict[str, str]) -> Reply:
     return _json(src.last_reconcile())
 
@@ -198,6 +214,10 @@ def answer(src: RestSource, target: str) -> Reply:
     """The reply to `GET target`; never raises."""
     try:
         parts = urlsplit(target)
+        check = CHECK_PATH.match(parts.path)
+        if check is not None:
+            query = parse_query(parts.query, frozenset({"ifname"}))
+            return _check(src, unquote(check["cid"]), query)
         if parts.path not in ROUTES:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such path {parts.path!r}; "
                             f"paths: {', '.join(ROUTES)}")

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from agent import __version__
+from agent import __version__, logs
 from agent.errors import CniError, InternalError, InvalidConfig
 from agent.model import PodKey, PodRecord
 from agent.netlink import check_pod_netns
@@ -101,32 +101,33 @@ class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ig
         start = time.perf_counter()
         with self._busy_lock:
             self._busy += 1
+        # Every record logged while serving carries the request's fields (agent/logs.py).
+        fields = logs.bound(verb=verb, container_id=request.container_id,
+                            ifname=request.interface_name,
+                            pod=logs.pod_from_args(request.extra_arguments))
         try:
-            reply = handler(request)
-            code = 0
-        except CniError as exc:
-            code = exc.code
-            reply = _fail(context, exc)
-            log.info(
-                "%s %s/%s failed: [%d] %s",
-                verb,
-                request.container_id,
-                request.interface_name,
-                exc.code,
-                exc,
-            )
-        except Exception as exc:
-            log.exception(
-                "%s %s/%s: unexpected error", verb, request.container_id, request.interface_name
-            )
-            err = InternalError(f"{verb} failed: {type(exc).__name__}: {exc}")
-            code = err.code
-            reply = _fail(context, err)
+            with fields:
+                reply, code = self._answer(verb, request, context, handler, start)
         finally:
             with self._busy_lock:
                 self._busy -= 1
         self.pods.metrics.request(verb, code, time.perf_counter() - start)
         return reply
+
+    def _answer(self, verb: str, request: cni_pb2.CNIRequest, context: grpc.ServicerContext,
+                handler: Handler, start: float) -> tuple[cni_pb2.CNIReply, int]:
+        where = f"{request.container_id}/{request.interface_name}"
+        try:
+            reply = handler(request)
+        except CniError as exc:
+            log.info("%s %s failed: [%d] %s", verb, where, exc.code, exc)
+            return _fail(context, exc), exc.code
+        except Exception as exc:
+            log.exception("%s %s: unexpected error", verb, where)
+            err = InternalError(f"{verb} failed: {type(exc).__name__}: {exc}")
+            return _fail(context, err), err.code
+        log.debug("%s %s done in %.1f ms", verb, where, (time.perf_counter() - start) * 1000)
+        return reply, 0
 
     def _request(self, verb: str, request: cni_pb2.CNIRequest) -> CniRequest:
         return parse(

@@ -4,7 +4,8 @@ Validation follows CNI spec 1.1.0 and libcni's skel: which variables each verb r
 container ID and interface name rules, cniVersion support and the verbs each version allows.
 Every problem becomes a PluginError with the spec's code that names the offending variable or
 field: 4 for the environment, 6 for undecodable stdin, 7 for an invalid config, 1 for a version.
-Our own config keys (agentSocket, timeoutSeconds, logFile, logLevel) are typed and defaulted here.
+Our own config keys (agentSocket, timeoutSeconds, logFile, logLevel, logFormat) are typed and
+defaulted here.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ DEFAULT_SOCKET = "/run/vswitch-cni/cni.sock"
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_STATE_DIR = "/var/lib/vswitch-cni"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 
 # Variables each verb requires (libcni skel's table); the others are optional.
 _REQUIRED = {
@@ -52,8 +54,8 @@ class Invocation:
     """One validated plugin call."""
 
     __slots__ = ("args", "cni_path", "cni_version", "command", "config", "container_id",
-                 "ifname", "log_file", "log_level", "netns", "pod_uid", "socket", "state_dir",
-                 "stdin", "timeout")
+                 "ifname", "log_file", "log_format", "log_level", "netns", "pod", "pod_uid",
+                 "socket", "state_dir", "stdin", "timeout")
 
     def __init__(self, command: str, env: Mapping[str, str], stdin: str,
                  config: dict[str, object]) -> None:
@@ -63,7 +65,10 @@ class Invocation:
         self.ifname = env.get("CNI_IFNAME", "")
         self.args = env.get("CNI_ARGS", "")
         self.cni_path = env.get("CNI_PATH", "")
-        self.pod_uid = parse_cni_args(self.args).get("K8S_POD_UID", "")
+        pairs = parse_cni_args(self.args)
+        self.pod_uid = pairs.get("K8S_POD_UID", "")
+        name = pairs.get("K8S_POD_NAME", "")
+        self.pod = f"{pairs.get('K8S_POD_NAMESPACE', '')}/{name}" if name else ""
         self.stdin = stdin
         self.config = config
         self.cni_version = str(config["cniVersion"])
@@ -74,6 +79,7 @@ class Invocation:
         log_file = config.get("logFile")
         self.log_file = log_file if isinstance(log_file, str) else None
         self.log_level = str(config.get("logLevel", "info")).lower()
+        self.log_format = str(config.get("logFormat", "text"))
 
 
 def read_command(env: Mapping[str, str]) -> str:
@@ -211,6 +217,9 @@ def _check_own_keys(config: dict[str, object]) -> None:
     level = config.get("logLevel", "info")
     if not isinstance(level, str) or level.lower() not in LOG_LEVELS:
         raise _field_error("logLevel", f"must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    fmt = config.get("logFormat", "text")
+    if fmt not in LOG_FORMATS:
+        raise _field_error("logFormat", f"must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
 
 
 def _check_attachments(config: dict[str, object]) -> None:

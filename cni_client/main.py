@@ -64,7 +64,9 @@ def execute(env: Mapping[str, str], raw: bytes) -> dict[str, object] | None:
     from cni_client.log import Log  # only the forwarding verbs need these
     from cni_client.plugin import run
 
-    log = Log(inv.log_file, inv.log_level, f"{command} {inv.container_id}/{inv.ifname}".strip())
+    log = Log(inv.log_file, inv.log_level, f"{command} {inv.container_id}/{inv.ifname}".strip(),
+              inv.log_format, {"verb": command, "container_id": inv.container_id,
+                               "ifname": inv.ifname, "pod": inv.pod})
     try:
         return run(inv, env, log)
     except PluginError as err:

@@ -38,6 +38,7 @@ class NodeInfo:
     pod_subnets: tuple[str, ...]  # one per family, primary first
     vpp_host_subnet: str
     uplink_mac: str = ""  # the MAC behind node_ip (the L2 interconnect routes through it)
+    rest_port: int = 0  # the agent's REST port on node_ip (vswitchctl); 0: not published
 
     @property
     def vxlan_mac(self) -> str:
@@ -53,6 +54,7 @@ class NodeInfo:
             "podSubnets": list(self.pod_subnets),
             "vppHostSubnet": self.vpp_host_subnet,
             "uplinkMAC": self.uplink_mac,
+            "restPort": self.rest_port,
         }
 
     @classmethod
@@ -67,6 +69,7 @@ class NodeInfo:
                 pod_subnets=tuple(str(ipaddress.ip_network(s)) for s in data["podSubnets"]),
                 vpp_host_subnet=str(ipaddress.ip_network(data["vppHostSubnet"])),
                 uplink_mac=str(data.get("uplinkMAC", "")),
+                rest_port=int(data.get("restPort", 0)),  # absent in older agents' entries
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise NodeInfoError(f"bad registry entry {dict(data)!r}: {exc}") from exc
@@ -104,7 +107,7 @@ def choose_node_ip(configured: str, env: Mapping[str, str], networks: NodeNetwor
 
 
 def local_node(
-    name: str, node_ip: str, networks: NodeNetworks, uplink_mac: str = ""
+    name: str, node_ip: str, networks: NodeNetworks, uplink_mac: str = "", rest_port: int = 0
 ) -> NodeInfo:
     return NodeInfo(
         name=name,
@@ -114,4 +117,5 @@ def local_node(
         pod_subnets=tuple(str(s) for s in networks.pod_subnets),
         vpp_host_subnet=str(networks.vpp_host_subnet),
         uplink_mac=uplink_mac,
+        rest_port=rest_port,
     )

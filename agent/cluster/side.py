@@ -54,7 +54,8 @@ class ClusterSide:
         uplink = mesh.uplink(probe)
         if uplink is None:
             log.warning("node IP %s is on no interface here: no mesh to other nodes", node_ip)
-        local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "")
+        local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
+                           rest_port=cfg.http_host_port[1])
         registry = Registry(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout)
         dataplane: Any = mesh if cfg.dataplane == "kernel" else _NoMesh(cfg.dataplane)
         return cls(registry, local, MeshController(registry, local, dataplane))

@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,14 +126,16 @@ def start_agent(
     config: dict[str, Any],
     name: str = "agent",
     env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> AgentHandle:
-    """Starts the agent process; `env` adds variables (e.g. VSWITCH_FAILPOINTS)."""
+    """Starts the agent process; `env` adds variables (e.g. VSWITCH_FAILPOINTS), `args`
+    command-line options (e.g. --log-format json)."""
     config_path = tmp_path / f"{name}.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log_path = tmp_path / f"{name}.log"
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [*AGENT, "--config", str(config_path), "--log-level", "DEBUG"],
+            [*AGENT, "--config", str(config_path), "--log-level", "DEBUG", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=Path(__file__).resolve().parents[2],
@@ -159,6 +161,7 @@ def running_agent(
     node_name: str = "",
     extra_config: Mapping[str, Any] | None = None,
     wait: float = 30.0,
+    args: Sequence[str] = (),
 ) -> Iterator[AgentHandle]:
     config = agent_config(
         tmp_path,
@@ -167,7 +170,7 @@ def running_agent(
         node_name=node_name or f"node-{secrets.token_hex(3)}",
         extra_config=extra_config,
     )
-    handle = start_agent(tmp_path, config)
+    handle = start_agent(tmp_path, config, args=args)
     try:
         handle.wait_ready(timeout=wait)
         yield handle

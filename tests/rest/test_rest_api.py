@@ -75,6 +75,12 @@ class Source:
     def last_reconcile(self) -> dict[str, Any]:
         return {"finished": 1700000000.0, "repaired": [], "damaged": []}
 
+    def check_pod(self, container_id: str, ifname: str) -> dict[str, Any] | None:
+        if (container_id, ifname) != ("c1", "eth0"):
+            return None
+        return {"containerId": container_id, "ifname": ifname, "ok": False,
+                "problems": ["netns /run/netns/x is gone"], "record": {"container_id": "c1"}}
+
     def mesh_nodes(self) -> dict[str, Any]:
         if self.nodes is None:
             raise NotReady("this node is not in the node registry: the agent is starting")
@@ -224,12 +230,12 @@ def test_documented_paths_match_the_routes() -> None:
     with open(os.path.join(_DOCS, "openapi.yaml"), encoding="utf-8") as f:
         spec = yaml.safe_load(f)
     assert spec["openapi"].startswith("3.")
-    assert set(spec["paths"]) == set(ROUTES)
+    assert set(spec["paths"]) == {*ROUTES, "/v1/pods/{containerId}/check"}
     for path, item in spec["paths"].items():
         assert set(item) == {"get"}, path
     with open(os.path.join(_DOCS, "rest-api.md"), encoding="utf-8") as f:
         text = f.read()
-    for path in ROUTES:
+    for path in [*ROUTES, "/v1/pods/<container ID>/check"]:
         assert f"GET {path}" in text
 
 
@@ -283,3 +289,22 @@ def test_replies_are_not_held_back_by_nagle(server: RestServer) -> None:
         assert served and all(served), served
     finally:
         conn.close()
+
+
+def test_pod_check_names_the_attachment_and_its_problems(server: RestServer) -> None:
+    status, _, body = request(server, "/v1/pods/c1/check")
+    assert status == 200
+    answer = json.loads(body)
+    assert answer["containerId"] == "c1" and answer["ifname"] == "eth0"
+    assert answer["ok"] is False and answer["problems"] == ["netns /run/netns/x is gone"]
+    status, _, body = request(server, "/v1/pods/c1/check?ifname=eth0")
+    assert status == 200
+
+
+def test_pod_check_unknown_attachment_or_parameter(server: RestServer) -> None:
+    status, _, body = request(server, "/v1/pods/c1/check?ifname=net1")
+    assert status == 404 and "c1/net1" in json.loads(body)["error"]
+    status, _, body = request(server, "/v1/pods/c1/check?verbose=1")
+    assert status == 400 and "verbose" in json.loads(body)["error"]
+    status, _, _ = request(server, "/v1/pods/c1/check", method="POST")
+    assert status == 405

@@ -1,0 +1,1 @@
+"""vswitchctl: the operator CLI over the agents' REST endpoints and etcd."""

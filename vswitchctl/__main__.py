@@ -1,0 +1,7 @@
+"""`python -m vswitchctl`."""
+
+import sys
+
+from vswitchctl.main import main
+
+sys.exit(main())
