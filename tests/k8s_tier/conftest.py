@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 
@@ -63,20 +64,20 @@ def tier(request: pytest.FixtureRequest, kube: Kube) -> Iterator[Tier]:
     system = deploy.for_node(deploy.manifests(), dataplane,
                              VPP_SOCKET if dataplane == "vpp" else "", ETCD_IMAGE)
     work = deploy.workload(POD_IMAGE)
-    try:
-        kube.apply(system)
-        kube.rollout("statefulset", "vswitch-etcd", "kube-system")
-        kube.rollout("daemonset", "vswitch-agent", "kube-system")
-        kube.apply(work)
-        kube.rollout("deployment", deploy.APP, deploy.NAMESPACE)
-        yield Tier.discover(kube, dataplane, NODE_NETNS)
-    finally:
-        kube.delete(work)
-        kube.delete([d for d in system if d["kind"] in ("DaemonSet", "ConfigMap")])
+    with ExitStack() as undo:
+        # Every undo step runs even when an earlier one fails (ExitStack chains the errors).
         if dataplane == "kernel":
             # The pod subnet's gateway stays on the node after the agent is gone; another
             # dataplane deployed next routes that subnet elsewhere.
-            node_cmd("ip", "link", "del", GATEWAY_INTERFACE, check=False)
+            undo.callback(node_cmd, "ip", "link", "del", GATEWAY_INTERFACE, check=False)
+        undo.callback(kube.delete, [d for d in system if d["kind"] in ("DaemonSet", "ConfigMap")])
+        kube.apply(system)
+        kube.rollout("statefulset", "vswitch-etcd", "kube-system")
+        kube.rollout("daemonset", "vswitch-agent", "kube-system")
+        undo.callback(kube.delete, work)
+        kube.apply(work)
+        kube.rollout("deployment", deploy.APP, deploy.NAMESPACE, timeout=180)
+        yield Tier.discover(kube, dataplane, NODE_NETNS)
 
 
 @pytest.fixture(scope="module")

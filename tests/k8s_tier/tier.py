@@ -64,7 +64,8 @@ class Tier:
     def from_pod(self, pod: str, host: str, port: int = PORT) -> str:
         """GET /hostname from inside `pod`; the answer's body."""
         out = self.kube.exec(NAMESPACE, pod, f"{REQUEST} | nc -w 5 {host} {port}")
-        head, _, body = out.partition("\r\n\r\n")
+        # kubectl's output was read as text: universal newlines made each CRLF a LF.
+        head, _, body = out.replace("\r\n", "\n").partition("\n\n")
         assert head.startswith("HTTP/1.") and " 200 " in head, (
             f"{pod} -> {host}:{port}: no HTTP answer ({out!r})")
         return body.strip()
