@@ -4,7 +4,8 @@ Skipped unless VSWITCH_TEST_KUBECONFIG names a cluster (see conftest.py and docs
 Plan, run once with `Dataplane: kernel` and once more with `Dataplane: vpp` (veth + AF_PACKET)
 when VSWITCH_TEST_VPP_SOCKET names a VPP on the node:
 - k8s/ deployed with the node's config: etcd and the agent DaemonSet roll out, the init container
-  installs the plugin, and a Deployment of 3 agnhost pods gets addresses from the agent;
+  installs the plugin, and a Deployment of 3 agnhost pods gets addresses from the agent, wired
+  by the dataplane under test (the agent's /v1/pods: a VPP interface per pod, or none);
 - pods reach each other over TCP (HTTP, every ordered pair);
 - a ClusterIP Service from every pod and from the node; a NodePort from a pod and from the node;
   every answer comes from one of the Deployment's pods;
@@ -37,6 +38,18 @@ pytestmark = [
 ]
 APISERVER_SERVICE = "10.96.0.1"  # the first address of the Service range: `kubernetes`
 OUTSIDE_PORT = 18080
+
+
+def test_pods_are_wired_by_the_dataplane_under_test(tier: Tier) -> None:
+    records = {r["pod_name"]: r for r in tier.pod_records()}
+    assert set(records) == set(tier.pods)
+    for name, record in records.items():
+        assert record["addresses"] == [f"{tier.pods[name]}/32"]
+        extra = record["wiring"]["extra"]
+        if tier.dataplane == "vpp":  # a VPP interface on the pod's veth (AF_PACKET)
+            assert extra["mode"] == "veth-afpacket" and int(extra["sw_if_index"]) > 0, record
+        else:
+            assert "sw_if_index" not in extra, record
 
 
 def test_pods_reach_each_other_over_tcp(tier: Tier) -> None:

@@ -82,6 +82,12 @@ class Tier:
             body: bytes = answer.read()
         return body.decode().strip()
 
+    def pod_records(self) -> list[dict[str, Any]]:
+        """The agent's records of the workload's pods (REST /v1/pods)."""
+        data = json.loads(self.from_node(self.node_ip, AGENT_REST_PORT,
+                                         f"/v1/pods?namespace={NAMESPACE}"))
+        return list(data["pods"])
+
     def allocations(self) -> dict[str, Any]:
         """The agent's view of this node's pod addresses (REST /v1/allocations)."""
         data: dict[str, Any] = json.loads(
