@@ -1,7 +1,8 @@
 #!/bin/bash
 # Stops the node started by node-up.sh and removes what it left: its containers and their network
-# namespaces, mounts, state, the node namespace, and what the vswitch DaemonSet installed on the
-# host (/opt/cni/bin/vswitch-cni, /etc/cni/net.d/10-vswitch.conflist).
+# namespaces, mounts, state (with k8s/etcd.yaml's /var/lib/vswitch-etcd), the node namespace, and
+# what the vswitch DaemonSet installed on the host (/opt/cni/bin/vswitch-cni and
+# /etc/cni/net.d/10-vswitch.conflist).
 # Env: the same NODE_NETNS, STATE, RUNDIR as node-up.sh.
 set -uo pipefail
 NS=${NODE_NETNS:-vswk8s} STATE=${STATE:-/var/lib/vswitch-k8s} RUNDIR=${RUNDIR:-/run/vswk8s}
@@ -40,6 +41,6 @@ for root in /var/lib/kubelet "$STATE" "$RUNDIR"; do
     awk -v r="$root" '$2 ~ "^"r"/" {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l
 done
 ip netns del "$NS" 2>/dev/null
-rm -rf "$STATE" "$RUNDIR" /var/lib/kubelet
+rm -rf "$STATE" "$RUNDIR" /var/lib/kubelet /var/lib/vswitch-etcd
 rm -f /opt/cni/bin/vswitch-cni /etc/cni/net.d/10-vswitch.conflist
 echo "node $NS stopped"
