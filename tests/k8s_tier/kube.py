@@ -57,8 +57,14 @@ class Kube:
                         timeout=timeout)
 
     def rollout(self, kind: str, name: str, namespace: str, timeout: float = 300) -> None:
-        self.run("rollout", "status", f"--namespace={namespace}", f"{kind}/{name}",
-                 f"--timeout={int(timeout)}s", timeout=timeout + 30)
+        """Waits for the rollout; when it does not finish, the error carries the namespace's
+        pods and events (why a pod is not ready: a failed CNI ADD, a failing probe, ...)."""
+        try:
+            self.run("rollout", "status", f"--namespace={namespace}", f"{kind}/{name}",
+                     f"--timeout={int(timeout)}s", timeout=timeout + 30)
+        except KubeError as exc:
+            state = self.run("get", "pods,events", f"--namespace={namespace}", "-o", "wide")
+            raise KubeError(f"{exc}\n{state}") from exc
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 120) -> Any:
