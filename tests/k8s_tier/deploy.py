@@ -1,8 +1,9 @@
 """What the k8s tier puts on the cluster: the project's own manifests (k8s/) with this node's
 config, and the test workload (a Deployment of agnhost `netexec` pods and its Services).
 
-The manifests are read from the checkout and changed only where the node differs from the
-defaults they ship with, each change named here:
+The manifests are k8s/'s kustomization (what `kubectl apply -k k8s/` installs), rendered by
+kubectl, and changed only where the node differs from the defaults they ship with, each change
+named here:
 - the agent's `agent.yaml`: `Dataplane` (and, for VPP, `UseTAPInterfaces: false` and the API
   socket's file name);
 - the DaemonSet's `/run/vpp` hostPath: the directory of the VPP socket the tier was given;
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tests.k8s_tier.kube import Doc
+from tests.k8s_tier.kube import Doc, Kube
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "vswitch-tier"
@@ -27,12 +28,9 @@ REPLICAS = 3
 PORT = 8080
 
 
-def manifests() -> list[Doc]:
-    """Every document of k8s/*.yaml, in file order."""
-    docs: list[Doc] = []
-    for path in sorted((ROOT / "k8s").glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return docs
+def manifests(kube: Kube) -> list[Doc]:
+    """k8s/ as `kubectl apply -k k8s/` sends it: the kustomization rendered by kubectl."""
+    return [d for d in yaml.safe_load_all(kube.run("kustomize", str(ROOT / "k8s"))) if d]
 
 
 def for_node(docs: list[Doc], dataplane: str, vpp_socket: str, etcd_image: str) -> list[Doc]:
