@@ -93,10 +93,11 @@ class Agent:
             self.node_id,
             [str(s) for s in self.networks.pod_subnets],
         )
-        # Node IP and the MTU check first: a pod MTU the uplink cannot carry refuses the start.
-        self.cluster = ClusterSide.build(cfg, self.networks)
+        self.dataplane = make_dataplane(cfg, self.networks)  # made, not started: no I/O yet
+        # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
+        # carry refuses the start. The VPP mesh shares the driver's connection.
+        self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
         self._phase = f"starting: setting up the {cfg.dataplane} dataplane"
-        self.dataplane = make_dataplane(cfg, self.networks)
         self._start_dataplane(self.dataplane)
         try:
             hostnat.apply(hostnat.plan_for(cfg))

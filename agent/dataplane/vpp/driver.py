@@ -74,6 +74,10 @@ class VppDataplane:
                 f"{missing[0]}_plugin.so {{ enable }} }})",
             )
 
+    def ensure(self) -> None:
+        """Connected, with the base configuration in place (the node mesh builds on it)."""
+        self._ensure()
+
     def _ensure(self) -> base.BaseObjects:
         """Connected, with the base configuration applied on this connection's VPP."""
         with self._base_lock:
