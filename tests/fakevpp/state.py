@@ -82,6 +82,7 @@ class BridgeDomain:
     tag: str = ""
     members: dict[int, tuple[int, int]] = field(default_factory=dict)  # sw_if -> (type, shg)
     fib: dict[str, tuple[int, bool]] = field(default_factory=dict)  # mac -> (sw_if, static)
+    bvi_macs: set[str] = field(default_factory=set)  # FIB entries VPP made for its BVI port
 
 
 @dataclass

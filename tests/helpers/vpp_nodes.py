@@ -87,7 +87,10 @@ def vpp_view(api: VppApi) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {
         "tunnels": sorted(f"{t.src} -> {t.dst} vni {t.vni} node {t.node_id}"
                           for t in mesh.tunnels()),
-        "fib": sorted(str(e.mac) for e in api.dump("l2_fib_table_dump", bd_id=BD)),
+        "fib": sorted(str(e.mac) for e in api.dump("l2_fib_table_dump", bd_id=BD)
+                      if not e.bvi_mac),
+        "bvi": sorted(str(e.mac) for e in api.dump("l2_fib_table_dump", bd_id=BD)
+                      if e.bvi_mac),
         "neigh": [], "routes": [],
     }
     if bvi:

@@ -67,7 +67,8 @@ def summary(fake: FakeVPP) -> dict[str, list[Any]]:
     return {
         "tunnels": sorted((t.src, t.dst, t.vni, t.encap_vrf_id) for t in s.tunnels.values()),
         "members": sorted(bd.members.values()),
-        "fib": sorted((mac, static) for mac, (_, static) in bd.fib.items()),
+        "fib": sorted((mac, static) for mac, (_, static) in bd.fib.items()
+                      if mac not in bd.bvi_macs),
         "neighbors": sorted((ip_, mac) for (_, ip_), (mac, _) in s.neighbors.items()),
         "routes": sorted((str(r.prefix), str(r.paths[0]["nh"])) for r in s.routes.values()
                          if r.table_id == POD_VRF),
@@ -127,6 +128,8 @@ def test_changed_vpp_host_subnet_unprogram_and_prune(fake: FakeVPP, api: VppApi)
     assert len(restarted.prune(local, [])) == 1 + 2 + 3
     empty = summary(fake)
     assert empty["tunnels"] == empty["fib"] == empty["neighbors"] == empty["routes"] == []
+    bd = fake.state.bridge_domains[BD]
+    assert bd.fib.get("12:2b:00:00:00:01") is not None  # the BVI's own entry stays
 
 
 def test_vpp_restart_changes_generation_and_program_rebuilds(

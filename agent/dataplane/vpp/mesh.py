@@ -238,7 +238,9 @@ class VppMesh:
         out = []
         for entry in self.api.dump("l2_fib_table_dump", bd_id=self.bd_id):
             mac = str(entry.mac)
-            if not entry.static_mac or mac in macs or (of is not None and mac != of.vxlan_mac):
+            # the BVI's own entry (VPP makes it with the BVI port) is never a remote node's
+            if entry.bvi_mac or not entry.static_mac or mac in macs or (
+                    of is not None and mac != of.vxlan_mac):
                 continue
             _ignore_missing(lambda m=mac: self.api.call(
                 "l2fib_add_del", mac=m, bd_id=self.bd_id, sw_if_index=ANY, is_add=False,
