@@ -66,6 +66,7 @@ class Interface:
     afpacket: dict[str, int] = field(default_factory=dict)  # af_packet_create_v3's socket args
     ip6_enabled: bool = False
     link_local: str = ""
+    gso: bool = False  # feature_gso_enable_disable: GSO packets segmented on output
 
 
 @dataclass

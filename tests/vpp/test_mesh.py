@@ -2,13 +2,13 @@
 
 Test plan: programming two remote nodes makes Contiv's objects (BVI in the pod VRF with the
 VXLAN address and the node's MAC, a bridge domain without learning or flooding with the BVI in
-split-horizon group 1, a tunnel per node in the main VRF in SHG 1, static neighbors, static L2
-FIB entries, pod-VRF routes to the pod and VPP-host subnets); the tunnels run between the
-nodes' VPP-host interconnect addresses (host 1 of each vppHostSubnet), not their node IPs;
-programming again duplicates nothing; a changed VPP-host subnet re-creates only that tunnel;
-unprogram removes one node's objects and nothing else; prune after a "restart" (a new VppMesh
-on the same VPP) removes what no remote node explains; a VPP restart changes the generation
-and programming rebuilds it all.
+split-horizon group 1, GSO on the BVI, a tunnel per node in the main VRF in SHG 1, static
+neighbors, static L2 FIB entries, pod-VRF routes to the pod and VPP-host subnets); the tunnels
+run between the nodes' VPP-host interconnect addresses (host 1 of each vppHostSubnet), not
+their node IPs; programming again duplicates nothing; a changed VPP-host subnet re-creates
+only that tunnel; unprogram removes one node's objects and nothing else; prune after a
+"restart" (a new VppMesh on the same VPP) removes what no remote node explains; a VPP restart
+changes the generation and programming rebuilds it all.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def test_program_makes_contivs_mesh_once(fake: FakeVPP, api: VppApi) -> None:
     assert got["tunnels"] == [("172.30.1.1", "172.30.2.1", 10, 0),
                               ("172.30.1.1", "172.30.3.1", 10, 0)]
     assert got["members"] == [(0, 1), (0, 1), (1, 1)]
+    assert bvi.gso and not any(s.interfaces[t].gso for t in s.tunnels)  # segmented at the BVI
     assert got["fib"] == [("12:2b:00:00:00:02", True), ("12:2b:00:00:00:03", True)]
     assert ("192.168.30.2", "12:2b:00:00:00:02") in got["neighbors"]
     assert ("fe80::2b:0:3", "12:2b:00:00:00:03") in got["neighbors"]

@@ -9,8 +9,9 @@ Test plan:
   remote BVI addresses as neighbors and pod-VRF routes to the remote pod and VPP-host subnets;
   each node's Linux routes the remote VPP-host and pod subnets via the remote node IP
   (protocol 118); the interconnect carries pod MTU + 50 and Linux's routes to the pods keep the
-  pod MTU. A node stopped and removed with `node remove`: nothing naming it is left in the
-  other VPPs or in their Linux routes, and the others still hold each other.
+  pod MTU; the veth pods' IPv4 TSO is off, IPv6's on. A node stopped and removed with
+  `node remove`: nothing naming it is left in the other VPPs or in their Linux routes, and
+  the others still hold each other.
 - fake VPPs with UseL2Interconnect: no tunnel, no BVI; Linux routes the remote pod subnets via
   the remote node IP.
 - real VPPs (two nodes): the same programming, then pods on both nodes reach each other through
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from agent import ethtool
 from tests.helpers.cluster import Cluster, Node, Pod, converged, ping, sh, wait_for
 from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
 from tests.helpers.vpp_nodes import REAL_VPP, VppNodes, linux_routes, naming, vpp_view
@@ -101,9 +103,12 @@ def _clean_of(vpps: VppNodes, node: Node, gone: Node, gone_id: int) -> bool:
 def test_vpp_mesh_programmed_and_removed_with_fake_vpps(tmp_path: Path) -> None:
     with vpp_cluster(tmp_path, real=False) as vpps:
         nodes = [vpps.add_node() for _ in range(3)]
-        for node in nodes:
-            node.add_pod()
+        pods = [node.add_pod() for node in nodes]
         wait_for(lambda: converged(nodes), 30, "mesh of 3 VPP nodes")
+        # VPP segments the pods' GSO packets before VXLAN; its IPv4 case is broken for
+        # AF_PACKET input, so the pods segment IPv4 TCP themselves (docs/vpp.md)
+        assert not ethtool.feature(pods[0].netns, "eth0", "tx-tcp-segmentation")
+        assert ethtool.feature(pods[0].netns, "eth0", "tx-tcp6-segmentation")
         check_programmed(vpps, nodes)
         first = nodes[0]
         me = first.node_id()

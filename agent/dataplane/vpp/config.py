@@ -32,6 +32,8 @@ class VppConfig:
     # The VPP-host interconnect's MTU; 0: `mtu`. With the node mesh it carries VPP's VXLAN
     # packets, each a pod's full-size packet plus the encapsulation.
     host_mtu: int = 0
+    # veth pods keep IPv4 TCP segmentation offload; off with the node mesh (veth_afpacket.py)
+    pod_tso4: bool = True
     main_vrf_id: int = 0  # MainVRFID
     pod_vrf_id: int = 1  # PodVRFID
     pod_gateways: tuple[IPInterface, ...] = ()  # node pod subnets' gateways, e.g. 10.1.1.1/24
@@ -118,6 +120,7 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         # VPP's VXLAN packets to other nodes leave through the interconnect (node_mesh.py)
         host_mtu=cfg.mtu + (0 if cfg.use_l2_interconnect
                             else VXLAN_OVERHEAD[networks.vpp_host_subnet.version]),
+        pod_tso4=cfg.use_l2_interconnect,
         main_vrf_id=cfg.main_vrf_id,
         pod_vrf_id=cfg.pod_vrf_id,
         pod_gateways=gateways,

@@ -48,7 +48,8 @@ class VppDataplane:
         self.mode: WiringMode = (
             TapV2(self.api, config.mtu, config.tap_rx_ring_size, config.tap_tx_ring_size,
                   config.vhost_net_path)
-            if config.use_tap else VethAfPacket(self.api, config.mtu, config.afpacket)
+            if config.use_tap
+            else VethAfPacket(self.api, config.mtu, config.afpacket, config.pod_tso4)
         )
         self._base: base.BaseObjects | None = None
         self._base_generation = -1
