@@ -5,7 +5,8 @@ The rules follow VPP 26.06 (vnet/l2/l2_api.c, plugins/vxlan): a bridge domain ID
 (-2); a BVI port gets a static FIB entry for its own MAC (flagged `bvi_mac` in dumps), which
 leaves with the port; a VXLAN tunnel is keyed by source, destination, VNI, encap VRF and port
 (-75 again, -6 to delete a missing one), its interface is `vxlan_tunnel<instance>`; deleting it
-takes it out of its bridge domain and its L2 FIB entries with it.
+takes it out of its bridge domain and its learned L2 FIB entries with it (static ones stay; an
+L2 FIB delete matches only sw_if_index 0 or the entry's own, else -6).
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ class L2Handlers:
             raise VppError(E.NO_SUCH_ENTRY)
         mac = str(req.mac)
         if not req.is_add:
-            if mac not in bd.fib:
+            # VPP deletes only when sw_if_index is 0 or the entry's own (l2fib_del_entry)
+            sw = int(req.sw_if_index)
+            if mac not in bd.fib or sw not in (0, bd.fib[mac][0]):
                 raise VppError(E.NO_SUCH_ENTRY)
             del bd.fib[mac]
             return {}

@@ -151,7 +151,10 @@ class State:
         self.tunnels.pop(sw_if_index, None)
         for bd in self.bridge_domains.values():
             bd.members.pop(sw_if_index, None)
-            for mac in [m for m, (sw, _) in bd.fib.items() if sw == sw_if_index]:
+            # learned entries go; static ones stay, naming the dead interface (seen on a
+            # real VPP 26.06: only an l2fib_add_del delete removes them)
+            for mac in [m for m, (sw, static) in bd.fib.items()
+                        if sw == sw_if_index and not static]:
                 del bd.fib[mac]
 
     def require_table(self, is_ip6: bool, table_id: int, err: int = E.NO_SUCH_FIB) -> None:

@@ -84,8 +84,11 @@ def check_removal(vpps: VppNodes, nodes: list[Node]) -> list[Node]:
     out = rest[0].operator("node", "remove", gone.name)
     assert out.returncode == 0, out.stderr
     for node in rest:
-        wait_for(partial(_clean_of, vpps, node, gone, gone_id), 30,
-                 f"{gone.name} gone from {node.name}'s VPP and routes")
+        try:
+            wait_for(partial(_clean_of, vpps, node, gone, gone_id), 30,
+                     f"{gone.name} gone from {node.name}'s VPP and routes")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; left: {mentioning(vpps, node, gone, gone_id)}") from exc
     wait_for(lambda: converged(rest), 30, "the rest converged")
     check_programmed(vpps, rest)
     return rest

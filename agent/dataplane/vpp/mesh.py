@@ -249,8 +249,10 @@ class VppMesh:
             if entry.bvi_mac or not entry.static_mac or mac in macs or (
                     of is not None and mac != of.vxlan_mac):
                 continue
-            _ignore_missing(lambda m=mac: self.api.call(
-                "l2fib_add_del", mac=m, bd_id=self.bd_id, sw_if_index=ANY, is_add=False,
+            # VPP deletes an entry only given its own sw_if_index (or 0); a static entry
+            # outlives its tunnel, naming the deleted interface
+            _ignore_missing(lambda m=mac, sw=int(entry.sw_if_index): self.api.call(
+                "l2fib_add_del", mac=m, bd_id=self.bd_id, sw_if_index=sw, is_add=False,
                 static_mac=True, filter_mac=False, bvi_mac=False))
             out.append(f"L2 FIB {mac}")
         return out
