@@ -184,6 +184,8 @@ class Agent:
                     log.warning("dataplane reconnected (generation %d): repairing pods", generation)
                     started = time.monotonic()
                     damaged = self.pods.repair_all()
+                    if self.cluster is not None:  # a restarted VPP lost the node mesh too
+                        self.cluster.controller.resync_now()
                     self.repair_report = {
                         "generation": generation,
                         "seconds": round(time.monotonic() - started, 4),

@@ -46,6 +46,7 @@ class VppNodes:
         self.fakes: dict[str, FakeVPP] = {}
         self.started: list[str] = []  # real instances' names
         self.sockets: dict[str, str] = {}  # node name -> API socket
+        self.names: dict[str, str] = {}  # node name -> VPP instance name
 
     def add_node(self, **extra: Any) -> Node:
         node = self.cluster.add_node(start=False, **extra)
@@ -62,6 +63,7 @@ class VppNodes:
             fake.start()
             self.fakes[name] = fake
         self.sockets[node.name] = socket
+        self.names[node.name] = name
         node.extra.update({"Dataplane": "vpp", "VPPAPISocket": socket, "VPPAPIDir": api_dir,
                            "UseTAPInterfaces": False})
         node.start_agent()

@@ -9,7 +9,8 @@ Test plan:
   remote BVI addresses as neighbors and pod-VRF routes to the remote pod and VPP-host subnets;
   each node's Linux routes the remote VPP-host and pod subnets via the remote node IP
   (protocol 118); the interconnect carries pod MTU + 50 and Linux's routes to the pods keep the
-  pod MTU; the veth pods' IPv4 TSO is off, IPv6's on. A node stopped and removed with
+  pod MTU; the veth pods' IPv4 TSO is off, IPv6's on. One VPP restarts: its agent rebuilds
+  the same mesh (its VPP watch asks for a relist at once). A node stopped and removed with
   `node remove`: nothing naming it is left in the other VPPs or in their Linux routes, and
   the others still hold each other.
 - fake VPPs with UseL2Interconnect: no tunnel, no BVI; Linux routes the remote pod subnets via
@@ -119,6 +120,11 @@ def test_vpp_mesh_programmed_and_removed_with_fake_vpps(tmp_path: Path) -> None:
         assert " mtu 1500 " in link, link  # pod MTU 1450 + VXLAN's 50
         to_pods = sh("ip", "-n", first.netns, "route", "show", f"10.1.{me}.0/24").stdout
         assert "dev vpp1" in to_pods and "mtu 1450" in to_pods, to_pods
+        before = held(vpps, first)
+        vpps.fakes[vpps.names[first.name]].restart()  # VPP lost everything
+        wait_for(lambda: held(vpps, first)["tunnels"] == before["tunnels"], 15,
+                 "the mesh rebuilt after a VPP restart")
+        wait_for(lambda: held(vpps, first) == before, 10, "all of the mesh rebuilt")
         check_removal(vpps, nodes)
 
 
