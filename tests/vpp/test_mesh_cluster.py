@@ -15,6 +15,8 @@ Test plan:
   the others still hold each other.
 - fake VPPs with UseL2Interconnect: no tunnel, no BVI; Linux routes the remote pod subnets via
   the remote node IP.
+- with `Dataplane: vpp`, a pod MTU above the uplink MTU - 50, or MainVRFID == PodVRFID, refuse
+  the start (before VPP is reached).
 - real VPPs (two nodes): the same programming, then pods on both nodes reach each other through
   VPP's VXLAN mesh, IPv4 and IPv6; 1 MiB of TCP and a UDP exchange across, sources kept; a
   full pod-MTU ping with don't-fragment across (one byte more does not leave the pod); then
@@ -27,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,3 +173,21 @@ def test_pods_reach_each_other_through_real_vpps(tmp_path: Path) -> None:
         assert ping(a, b.ips[1], size=1402, df=True)
         assert not ping(a, b.ips[0], size=1423, df=True)
         check_removal(vpps, nodes)
+
+
+def test_vpp_mesh_refuses_a_pod_mtu_the_uplink_cannot_carry_and_one_vrf(tmp_path: Path) -> None:
+    """Both checks run before the dataplane starts: no VPP is needed to be refused."""
+    with Cluster(tmp_path) as cluster:
+        vpp: dict[str, Any] = {"Dataplane": "vpp", "VPPAPISocket": str(tmp_path / "none.sock"),
+                               "UseTAPInterfaces": False}
+        cases: list[tuple[dict[str, Any], list[str]]] = [
+            ({"MTUSize": 1460}, ["MTUSize 1460 does not fit the uplink eth0 (MTU 1500) over "
+                                 "VXLAN (50 bytes)", "at most 1450"]),
+            ({"MainVRFID": 3, "PodVRFID": 3}, ["MainVRFID and PodVRFID are both 3"]),
+        ]
+        for extra, expected in cases:
+            node = cluster.add_node(start=False, **vpp, **extra)
+            node.start_agent(wait=False)
+            assert node.process is not None
+            assert node.process.wait(timeout=60) != 0
+            assert all(text in node.log() for text in expected), node.log()
