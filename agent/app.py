@@ -99,10 +99,11 @@ class Agent:
             self.node_id,
             [str(s) for s in self.networks.pod_subnets],
         )
-        # Node IP and the MTU check first: a pod MTU the uplink cannot carry refuses the start.
-        self.cluster = ClusterSide.build(cfg, self.networks)
+        self.dataplane = make_dataplane(cfg, self.networks)  # made, not started: no I/O yet
+        # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
+        # carry refuses the start. The VPP mesh shares the driver's connection.
+        self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
         self._phase = f"starting: setting up the {cfg.dataplane} dataplane"
-        self.dataplane = make_dataplane(cfg, self.networks)
         self._start_dataplane(self.dataplane)
         try:
             hostnat.apply(hostnat.plan_for(cfg))
@@ -233,6 +234,8 @@ class Agent:
                     log.warning("dataplane reconnected (generation %d): repairing pods", generation)
                     started = time.monotonic()
                     damaged = self.pods.repair_all()
+                    if self.cluster is not None:  # a restarted VPP lost the node mesh too
+                        self.cluster.controller.resync_now()
                     self.repair_report = {
                         "generation": generation,
                         "seconds": round(time.monotonic() - started, 4),

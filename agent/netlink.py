@@ -171,8 +171,12 @@ def _setns(fd: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-def _socket_in(nsfd: int, netns_path: str) -> socket.socket:
-    """A NETLINK_ROUTE socket created inside the namespace `nsfd`; the thread comes back."""
+def _socket_in(
+    nsfd: int, netns_path: str, family: int = socket.AF_NETLINK,
+    kind: int = socket.SOCK_DGRAM, proto: int = NETLINK_ROUTE,
+) -> socket.socket:
+    """A socket (NETLINK_ROUTE unless told) created inside the namespace `nsfd`; the thread
+    comes back. A socket stays in the namespace it was made in."""
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
@@ -180,7 +184,7 @@ def _socket_in(nsfd: int, netns_path: str) -> socket.socket:
         except OSError as exc:
             raise InvalidEnvironment(f"cannot enter CNI_NETNS {netns_path}", describe(exc)) from exc
         try:
-            return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
+            return socket.socket(family, kind, proto if family == socket.AF_NETLINK else 0)
         finally:
             try:
                 _setns(own)
@@ -205,6 +209,17 @@ def netns_cookie(netns_path: str) -> int | None:
         except OSError:  # ENOPROTOOPT: an older kernel
             return None
     return int.from_bytes(raw, "little")
+
+
+@contextmanager
+def netns_socket(netns_path: str, family: int, kind: int) -> Iterator[socket.socket]:
+    """A socket of `family` made inside the pod namespace at `netns_path` (for ioctls)."""
+    with netns_fd(netns_path) as fd:
+        sock = _socket_in(fd, netns_path, family, kind)
+    try:
+        yield sock
+    finally:
+        sock.close()
 
 
 @contextmanager

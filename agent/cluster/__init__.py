@@ -5,5 +5,6 @@
     controller.py  the mesh controller: registry events -> desired remote nodes -> MeshDataplane
     remove.py      `vswitch-agent --config F node remove NAME`: the operator's node removal
 
-The dataplane half of the mesh lives with the drivers (agent/dataplane/kernel_mesh.py).
+The dataplane half of the mesh lives with the drivers (agent/dataplane/kernel_mesh.py; with VPP
+agent/dataplane/vpp/node_mesh.py).
 """

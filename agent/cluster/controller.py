@@ -9,7 +9,8 @@ Lifecycle of one remote node's mesh entry (the node ID is the key):
     failed                    program(remote) again every `retry` seconds
     every relist              prune: whatever the dataplane holds that no current remote node
                               explains is removed (a node removed while this agent was down,
-                              leftovers of an earlier run)
+                              leftovers of an earlier run), what it lost is programmed again;
+                              `resync_now()` (the dataplane reconnected) asks for one at once
 
 The loop: publish this node, list the registry (with its revision), diff, then follow a watch
 from that revision + 1. When the watch ends (etcd restarted, a compaction, a broken stream) or
@@ -85,6 +86,7 @@ class MeshController:
         self._revision = 0
         self._etcd_error = ""
         self._stop = threading.Event()
+        self._resync = threading.Event()  # relist and prune now (the dataplane restarted)
         self.removed = threading.Event()  # this node's own entry was removed (node remove)
         self._thread = threading.Thread(target=self._run, name="mesh", daemon=True)
 
@@ -94,6 +96,11 @@ class MeshController:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+    def resync_now(self) -> None:
+        """Asks for a relist and prune within `retry` seconds instead of at the next periodic
+        one: the dataplane lost state (a restarted VPP has no tunnels), prune restores it."""
+        self._resync.set()
 
     # ---- the loop ---------------------------------------------------------------------------
 
@@ -123,6 +130,9 @@ class MeshController:
         try:
             deadline = time.monotonic() + self.resync
             while not self._stop.is_set() and time.monotonic() < deadline:
+                if self._resync.is_set():
+                    self._resync.clear()
+                    return
                 try:
                     item = items.get(timeout=self.retry)
                 except queue.Empty:

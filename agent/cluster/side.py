@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.cluster.controller import MeshController
 from agent.cluster.node import NodeInfo, NodeInfoError, NoNodeIP, choose_node_ip, local_node
@@ -19,6 +19,9 @@ from agent.config import AgentConfig
 from agent.dataplane.kernel_mesh import KernelMesh
 from agent.errors import InvalidConfig
 from ipam import NodeNetworks
+
+if TYPE_CHECKING:
+    from agent.dataplane.vpp.node_mesh import VppNodeMesh
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +35,12 @@ class ClusterSide:
 
     @classmethod
     def build(
-        cls, cfg: AgentConfig, networks: NodeNetworks, env: Mapping[str, str] | None = None
+        cls, cfg: AgentConfig, networks: NodeNetworks, dataplane: Any = None,
+        env: Mapping[str, str] | None = None,
     ) -> ClusterSide | None:
         """Raises InvalidConfig for a node IP that is no address or a pod MTU that cannot fit;
-        None (the node stays out of the mesh, warned about) when there is no node IP at all."""
+        None (the node stays out of the mesh, warned about) when there is no node IP at all.
+        `dataplane`: the pod dataplane (not started yet); the VPP mesh shares its connection."""
         try:
             node_ip = choose_node_ip(cfg.node_ip, os.environ if env is None else env, networks)
         except NoNodeIP as exc:
@@ -43,22 +48,16 @@ class ClusterSide:
             return None
         except NodeInfoError as exc:
             raise InvalidConfig(str(exc), "set NodeIP, or NODE_IP in the environment") from exc
-        if cfg.dataplane != "kernel":
-            # The VPP mesh is not built yet: the node is published (others see it) but its
-            # own dataplane stays unconnected; a remote node then shows as failed with why.
-            log.warning("the node mesh is implemented for the kernel dataplane only")
-        mesh = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
-                          l2_interconnect=cfg.use_l2_interconnect)
+        mesh = _mesh(cfg, networks, dataplane)
         probe = local_node(cfg.node_name, node_ip, networks)
         mesh.check_mtu(probe)
-        uplink = mesh.uplink(probe)
+        uplink = (mesh if isinstance(mesh, KernelMesh) else mesh.linux).uplink(probe)
         if uplink is None:
             log.warning("node IP %s is on no interface here: no mesh to other nodes", node_ip)
         local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
                            rest_port=cfg.http_host_port[1])
         registry = Registry(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout)
-        dataplane: Any = mesh if cfg.dataplane == "kernel" else _NoMesh(cfg.dataplane)
-        return cls(registry, local, MeshController(registry, local, dataplane))
+        return cls(registry, local, MeshController(registry, local, mesh))
 
     def start(self) -> None:
         self.liveness.start()
@@ -77,20 +76,30 @@ class ClusterSide:
         return self.controller.removed.is_set()
 
 
-class _NoMesh:
-    """A dataplane without mesh support: every remote node fails with the reason."""
+def _mesh(cfg: AgentConfig, networks: NodeNetworks, dataplane: Any) -> KernelMesh | VppNodeMesh:
+    """The mesh of the configured dataplane (kernel: KernelMesh; vpp: VPP's VXLAN mesh over
+    Linux routes, or Linux routes alone with UseL2Interconnect)."""
+    if cfg.dataplane == "kernel":
+        return KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
+                          l2_interconnect=cfg.use_l2_interconnect)
+    # Imported here: a kernel-dataplane agent never loads vpp-papi.
+    from agent.dataplane.vpp.driver import VppDataplane
+    from agent.dataplane.vpp.mesh import VppMesh
+    from agent.dataplane.vpp.node_mesh import VppNodeMesh
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def check_mtu(self, local: NodeInfo) -> None:
-        pass
-
-    def program(self, local: NodeInfo, remote: NodeInfo) -> None:
-        raise NotImplementedError(f"the {self.name} dataplane has no node mesh yet")
-
-    def unprogram(self, local: NodeInfo, remote: NodeInfo, keep: list[NodeInfo]) -> list[str]:
-        return []
-
-    def prune(self, local: NodeInfo, keep: list[NodeInfo]) -> list[str]:
-        return []
+    if not isinstance(dataplane, VppDataplane):
+        raise TypeError(f"the {cfg.dataplane} mesh needs the VPP driver, got {dataplane!r}")
+    linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
+                       route_vpp_host=not cfg.use_l2_interconnect)
+    if cfg.use_l2_interconnect:
+        return VppNodeMesh(dataplane, linux, None, cfg.mtu)
+    if cfg.main_vrf_id == cfg.pod_vrf_id:
+        # The pod VRF routes remote VPP-host subnets into the tunnels, whose own packets (to
+        # those subnets) are routed in the main VRF: one table would loop them.
+        raise InvalidConfig(
+            f"MainVRFID and PodVRFID are both {cfg.main_vrf_id}: the VPP node mesh needs two",
+            "give PodVRFID another table ID (default 1), or set UseL2Interconnect: true",
+        )
+    vpp = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
+                  cfg.vxlan_vni)
+    return VppNodeMesh(dataplane, linux, vpp, cfg.mtu)

@@ -10,6 +10,9 @@ learning, MAC derived from the node ID, the node's VXLAN address on it as a /32)
 
 L2 interconnect mode (`UseL2Interconnect`): no device; IPv4 pod subnets via the remote node IP on
 the uplink, IPv6 ones via fe80::2b:0:<ID>, a permanent neighbor to the remote uplink's MAC.
+With the VPP dataplane this mode is the Linux half of the node mesh (agent/dataplane/vpp/
+node_mesh.py): `route_vpp_host` adds the remote VPP-host subnet to the routed subnets, the way
+VPP's VXLAN packets (sourced from VPP's interconnect address) reach the remote VPP.
 
 Everything is written with replace semantics, so programming a node twice leaves one copy. Our
 routes carry their own protocol number and our neighbors are permanent ones on our device (or our
@@ -62,8 +65,10 @@ class KernelMesh:
         vni: int = 10,
         port: int = 4789,
         l2_interconnect: bool = False,
+        route_vpp_host: bool = False,
     ) -> None:
         self.pod_mtu = pod_mtu
+        self.route_vpp_host = route_vpp_host and l2_interconnect
         self.ifname = ifname
         self.vni = vni
         self.port = port
@@ -169,8 +174,13 @@ class KernelMesh:
             for subnet in remote.pod_subnets:
                 self._route(ipr, index, subnet, self._vxlan_gateway(remote, subnet))
 
+    def routed_subnets(self, remote: NodeInfo) -> tuple[str, ...]:
+        """The remote subnets the L2 interconnect routes via the remote node."""
+        extra = (remote.vpp_host_subnet,) if self.route_vpp_host else ()
+        return (*remote.pod_subnets, *extra)
+
     def _program_l2(self, ipr: IPRoute, up: Uplink, remote: NodeInfo) -> None:
-        for subnet in remote.pod_subnets:
+        for subnet in self.routed_subnets(remote):
             if ipaddress.ip_network(subnet).version == ipaddress.ip_address(remote.node_ip).version:
                 self._route(ipr, up.index, subnet, remote.node_ip)
                 continue
@@ -303,7 +313,7 @@ def _wanted(mesh: KernelMesh, keep: Collection[NodeInfo]) -> set[tuple[Any, ...]
     for remote in keep:
         ll = link_local(remote.node_id)
         if mesh.l2:
-            for subnet in remote.pod_subnets:
+            for subnet in mesh.routed_subnets(remote):
                 same = (ipaddress.ip_network(subnet).version
                         == ipaddress.ip_address(remote.node_ip).version)
                 want.add(("route", subnet, remote.node_ip if same else ll))

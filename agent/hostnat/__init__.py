@@ -9,9 +9,11 @@ for Services):
    to the pod subnets; without this a pod's connection to the world never gets a reply.
 2. **Service return path** (VPP dataplane only): a pod's connection that the node DNATs back into
    the pod network (kube-proxy translating a ClusterIP or NodePort to a pod) is masqueraded to
-   the interconnect's node address as it leaves towards VPP. Otherwise the backend's reply is
-   switched pod to pod inside VPP, never meets the node's conntrack, arrives un-translated and is
-   reset. The cost: the backend sees the node's interconnect address, not the client pod's.
+   the node's address on the way out: the interconnect's towards a pod of this node, the
+   uplink's towards a pod of another node. Otherwise the backend's reply is switched pod to pod
+   inside VPP (or through the VXLAN mesh straight into the client's VPP), never meets this
+   node's conntrack, arrives un-translated and is reset. The cost: the backend sees the node's
+   address, not the client pod's.
 
 Everything lives in table `inet vswitch-cni`: replaced in one transaction at start (no
 duplicates, no gap), left in place while the agent restarts (pods keep their egress), removed by
@@ -42,12 +44,12 @@ class NatPlan:
     pod_nets: tuple[IPNetwork, ...]  # the cluster's pod ranges (every node's subnets)
     keep: tuple[IPNetwork, ...]  # destinations never translated (pods included)
     external: bool  # rule 1
-    service_return_ifname: str | None  # rule 2: the interconnect's Linux end, or None
+    service_return: bool  # rule 2 (the VPP dataplane)
     table: str = TABLE
 
     @property
     def empty(self) -> bool:
-        return not self.pod_nets or (not self.external and self.service_return_ifname is None)
+        return not self.pod_nets or (not self.external and not self.service_return)
 
 
 def plan_for(cfg: AgentConfig) -> NatPlan:
@@ -63,7 +65,7 @@ def plan_for(cfg: AgentConfig) -> NatPlan:
         pod_nets=tuple(pods),
         keep=tuple(keep),
         external=cfg.nat_external_traffic,
-        service_return_ifname=cfg.vpp_host_interface if cfg.dataplane == "vpp" else None,
+        service_return=cfg.dataplane == "vpp",
         table=cfg.nat_table,
     )
 
@@ -108,11 +110,9 @@ def rules(plan: NatPlan) -> list[dict[str, Any]]:
     for version in sorted({n.version for n in plan.pod_nets}):
         cmds += _sets(plan, version)
         pods = _match(version, "saddr", "==", "pods")
-        if plan.service_return_ifname is not None:
+        if plan.service_return:
             cmds.append(_rule(plan, [
-                {"match": {"op": "==", "left": {"meta": {"key": "oifname"}},
-                           "right": plan.service_return_ifname}},
-                pods,
+                pods, _match(version, "daddr", "==", "pods"),
                 {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
             ], "pod connections DNATed back into the pod network: replies must return here"))
         if plan.external:
@@ -129,7 +129,7 @@ def apply(plan: NatPlan) -> None:
         return
     run(rules(plan))
     log.info("NAT in place: table inet %s (egress %s, service return path %s)", plan.table,
-             "on" if plan.external else "off", plan.service_return_ifname or "off")
+             "on" if plan.external else "off", "on" if plan.service_return else "off")
 
 
 def remove(table: str = TABLE) -> bool:

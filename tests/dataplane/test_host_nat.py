@@ -48,7 +48,7 @@ def plan(subnets: Subnets, excluded: tuple[str, ...] = (), table: str = "vswitch
          ) -> hostnat.NatPlan:
     pods = (subnets.v4, subnets.v6)
     keep = (*pods, *(ipaddress.ip_network(c) for c in excluded))
-    return hostnat.NatPlan(pod_nets=pods, keep=keep, external=True, service_return_ifname=None,
+    return hostnat.NatPlan(pod_nets=pods, keep=keep, external=True, service_return=False,
                            table=table)
 
 
@@ -110,6 +110,6 @@ def test_the_table_is_replaced_whole_and_removed_alone(node_ns: str, subnets: Su
 def test_a_plan_without_translation_removes_the_table(node_ns: str, subnets: Subnets) -> None:
     hostnat.apply(plan(subnets))
     off = hostnat.NatPlan((subnets.v4,), (subnets.v4,), external=False,
-                          service_return_ifname=None)
+                          service_return=False)
     hostnat.apply(off)
     assert ruleset(node_ns) == []

@@ -83,6 +83,10 @@ class Handlers(L2Handlers):
         itf.mtu = [m or cur for m, cur in zip(req.mtu, itf.mtu, strict=True)]
         return {}
 
+    def feature_gso_enable_disable(self, req: Any) -> Fields:
+        self.s.get(req.sw_if_index).gso = bool(req.enable_disable)
+        return {}
+
     def sw_interface_tag_add_del(self, req: Any) -> Fields:
         itf = self.s.get(req.sw_if_index)
         itf.tag = req.tag if req.is_add else ""

@@ -2,9 +2,11 @@
 
 The rules follow VPP 26.06 (vnet/l2/l2_api.c, plugins/vxlan): a bridge domain ID is created once
 (-119 again), an L2 FIB entry needs an existing bridge domain (-6) and an interface in a bridge
-(-2); a VXLAN tunnel is keyed by source, destination, VNI, encap VRF and port (-75 again, -6 to
-delete a missing one), its interface is `vxlan_tunnel<instance>`; deleting it takes it out of
-its bridge domain and its L2 FIB entries with it.
+(-2); a BVI port gets a static FIB entry for its own MAC (flagged `bvi_mac` in dumps), which
+leaves with the port; a VXLAN tunnel is keyed by source, destination, VNI, encap VRF and port
+(-75 again, -6 to delete a missing one), its interface is `vxlan_tunnel<instance>`; deleting it
+takes it out of its bridge domain and its learned L2 FIB entries with it (static ones stay; an
+L2 FIB delete matches only sw_if_index 0 or the entry's own, else -6).
 """
 
 from __future__ import annotations
@@ -53,10 +55,16 @@ class L2Handlers:
         target = self.s.bridge_domains.get(int(req.bd_id))
         if req.enable and target is None:
             raise VppError(E.NO_SUCH_ENTRY)
+        mac = self.s.get(sw).mac
         for bd in self.s.bridge_domains.values():
-            bd.members.pop(sw, None)
+            if bd.members.pop(sw, None) is not None and mac in bd.bvi_macs:
+                bd.bvi_macs.discard(mac)
+                bd.fib.pop(mac, None)
         if req.enable and target is not None:
             target.members[sw] = (int(req.port_type), int(req.shg))
+            if int(req.port_type) == 1:  # BVI: VPP adds the port's own MAC, static
+                target.fib[mac] = (sw, True)
+                target.bvi_macs.add(mac)
         return {}
 
     # --- L2 FIB ----------------------------------------------------------------------------
@@ -66,7 +74,9 @@ class L2Handlers:
             raise VppError(E.NO_SUCH_ENTRY)
         mac = str(req.mac)
         if not req.is_add:
-            if mac not in bd.fib:
+            # VPP deletes only when sw_if_index is 0 or the entry's own (l2fib_del_entry)
+            sw = int(req.sw_if_index)
+            if mac not in bd.fib or sw not in (0, bd.fib[mac][0]):
                 raise VppError(E.NO_SUCH_ENTRY)
             del bd.fib[mac]
             return {}
@@ -80,7 +90,7 @@ class L2Handlers:
     def l2_fib_table_dump(self, req: Any) -> list[Fields]:
         return [
             {"bd_id": bd.bd_id, "mac": mac, "sw_if_index": sw, "static_mac": static,
-             "filter_mac": False, "bvi_mac": False}
+             "filter_mac": False, "bvi_mac": mac in bd.bvi_macs}
             for bd in self.s.bridge_domains.values() if int(req.bd_id) in (ANY, bd.bd_id)
             for mac, (sw, static) in sorted(bd.fib.items())
         ]

@@ -66,6 +66,7 @@ class Interface:
     afpacket: dict[str, int] = field(default_factory=dict)  # af_packet_create_v3's socket args
     ip6_enabled: bool = False
     link_local: str = ""
+    gso: bool = False  # feature_gso_enable_disable: GSO packets segmented on output
 
 
 @dataclass
@@ -82,6 +83,7 @@ class BridgeDomain:
     tag: str = ""
     members: dict[int, tuple[int, int]] = field(default_factory=dict)  # sw_if -> (type, shg)
     fib: dict[str, tuple[int, bool]] = field(default_factory=dict)  # mac -> (sw_if, static)
+    bvi_macs: set[str] = field(default_factory=set)  # FIB entries VPP made for its BVI port
 
 
 @dataclass
@@ -149,7 +151,10 @@ class State:
         self.tunnels.pop(sw_if_index, None)
         for bd in self.bridge_domains.values():
             bd.members.pop(sw_if_index, None)
-            for mac in [m for m, (sw, _) in bd.fib.items() if sw == sw_if_index]:
+            # learned entries go; static ones stay, naming the dead interface (seen on a
+            # real VPP 26.06: only an l2fib_add_del delete removes them)
+            for mac in [m for m, (sw, static) in bd.fib.items()
+                        if sw == sw_if_index and not static]:
                 del bd.fib[mac]
 
     def require_table(self, is_ip6: bool, table_id: int, err: int = E.NO_SUCH_FIB) -> None:

@@ -164,7 +164,7 @@ def test_agent_waits_for_a_vpp_that_starts_after_it(
         listed = subprocess.run(["nft", "-j", "list", "table", "inet", config["NatTable"]],
                                 capture_output=True, text=True, check=True).stdout
         rules = [o["rule"] for o in json.loads(listed)["nftables"] if "rule" in o]
-        assert len(rules) == 1 and f'"right": "vsl{suffix}h"' in json.dumps(rules[0])
+        assert len(rules) == 1 and '"right": "@pods4"' in json.dumps(rules[0])
         assert '"dnat"' in json.dumps(rules[0]) and "masquerade" in rules[0]["expr"][-1]
     finally:
         handle.stop()

@@ -2,11 +2,13 @@
 
 Test plan: programming two remote nodes makes Contiv's objects (BVI in the pod VRF with the
 VXLAN address and the node's MAC, a bridge domain without learning or flooding with the BVI in
-split-horizon group 1, a tunnel per node in the main VRF in SHG 1, static neighbors, static L2
-FIB entries, pod-VRF routes to the pod and VPP-host subnets); programming again duplicates
-nothing; a changed node IP re-creates only that tunnel; unprogram removes one node's objects
-and nothing else; prune after a "restart" (a new VppMesh on the same VPP) removes what no
-remote node explains; a VPP restart changes the generation and programming rebuilds it all.
+split-horizon group 1, GSO on the BVI, a tunnel per node in the main VRF in SHG 1, static
+neighbors, static L2 FIB entries, pod-VRF routes to the pod and VPP-host subnets); the tunnels
+run between the nodes' VPP-host interconnect addresses (host 1 of each vppHostSubnet), not
+their node IPs; programming again duplicates nothing; a changed VPP-host subnet re-creates
+only that tunnel; unprogram removes one node's objects and nothing else; prune after a
+"restart" (a new VppMesh on the same VPP) removes what no remote node explains; a VPP restart
+changes the generation and programming rebuilds it all.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def summary(fake: FakeVPP) -> dict[str, list[Any]]:
     return {
         "tunnels": sorted((t.src, t.dst, t.vni, t.encap_vrf_id) for t in s.tunnels.values()),
         "members": sorted(bd.members.values()),
-        "fib": sorted((mac, static) for mac, (_, static) in bd.fib.items()),
+        "fib": sorted((mac, static) for mac, (_, static) in bd.fib.items()
+                      if mac not in bd.bvi_macs),
         "neighbors": sorted((ip_, mac) for (_, ip_), (mac, _) in s.neighbors.items()),
         "routes": sorted((str(r.prefix), str(r.paths[0]["nh"])) for r in s.routes.values()
                          if r.table_id == POD_VRF),
@@ -86,9 +89,10 @@ def test_program_makes_contivs_mesh_once(fake: FakeVPP, api: VppApi) -> None:
     assert not (bd.flags["learn"] or bd.flags["flood"] or bd.flags["uu_flood"])
     assert bd.members[bvi.sw_if_index] == (1, 1)  # BVI port, split-horizon group 1
     got = summary(fake)
-    assert got["tunnels"] == [("192.168.16.1", "192.168.16.2", 10, 0),
-                              ("192.168.16.1", "192.168.16.3", 10, 0)]
+    assert got["tunnels"] == [("172.30.1.1", "172.30.2.1", 10, 0),
+                              ("172.30.1.1", "172.30.3.1", 10, 0)]
     assert got["members"] == [(0, 1), (0, 1), (1, 1)]
+    assert bvi.gso and not any(s.interfaces[t].gso for t in s.tunnels)  # segmented at the BVI
     assert got["fib"] == [("12:2b:00:00:00:02", True), ("12:2b:00:00:00:03", True)]
     assert ("192.168.30.2", "12:2b:00:00:00:02") in got["neighbors"]
     assert ("fe80::2b:0:3", "12:2b:00:00:00:03") in got["neighbors"]
@@ -99,27 +103,34 @@ def test_program_makes_contivs_mesh_once(fake: FakeVPP, api: VppApi) -> None:
     assert "192.168.30.2" in routes["10.1.2.0/24"] and "fe80::2b:0:3" in routes["fd00:10:0:3::/64"]
 
 
-def test_changed_node_ip_unprogram_and_prune(fake: FakeVPP, api: VppApi) -> None:
+def test_changed_vpp_host_subnet_unprogram_and_prune(fake: FakeVPP, api: VppApi) -> None:
     local, two, three = node(1), node(2), node(3)
     m = mesh(api)
     m.program(local, two)
     m.program(local, three)
-    moved = replace(two, node_ip="192.168.16.22")
+    m.program(local, replace(two, node_ip="192.168.16.22"))  # the tunnel does not name it
+    assert summary(fake)["tunnels"] == [("172.30.1.1", "172.30.2.1", 10, 0),
+                                        ("172.30.1.1", "172.30.3.1", 10, 0)]
+    moved = replace(two, vpp_host_subnet="172.30.22.0/24")
     m.program(local, moved)
-    assert summary(fake)["tunnels"] == [("192.168.16.1", "192.168.16.22", 10, 0),
-                                        ("192.168.16.1", "192.168.16.3", 10, 0)]
+    assert summary(fake)["tunnels"] == [("172.30.1.1", "172.30.22.1", 10, 0),
+                                        ("172.30.1.1", "172.30.3.1", 10, 0)]
+    # then what only the old entry needed goes, as the controller does for a changed node
+    assert m.unprogram(local, two, [moved, three]) == ["route 172.30.2.0/24"]
     removed = m.unprogram(local, three, [moved])
-    # the tunnel (its L2 FIB entry goes with it, as in VPP), 2 neighbors, 3 routes
-    assert len(removed) == 1 + 2 + 3, removed
+    # the tunnel, its L2 FIB entry (static entries outlive a tunnel in VPP), 2 neighbors, 3 routes
+    assert len(removed) == 1 + 1 + 2 + 3, removed
     after = summary(fake)
-    assert after["tunnels"] == [("192.168.16.1", "192.168.16.22", 10, 0)]
+    assert after["tunnels"] == [("172.30.1.1", "172.30.22.1", 10, 0)]
     assert "10.1.3.0/24" not in dict(after["routes"])
     assert "10.1.2.0/24" in dict(after["routes"])
 
     restarted = mesh(api)  # a restarted agent: node 2 was removed while it was down
-    assert len(restarted.prune(local, [])) == 1 + 2 + 3
+    assert len(restarted.prune(local, [])) == 1 + 1 + 2 + 3
     empty = summary(fake)
     assert empty["tunnels"] == empty["fib"] == empty["neighbors"] == empty["routes"] == []
+    bd = fake.state.bridge_domains[BD]
+    assert bd.fib.get("12:2b:00:00:00:01") is not None  # the BVI's own entry stays
 
 
 def test_vpp_restart_changes_generation_and_program_rebuilds(

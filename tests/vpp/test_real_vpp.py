@@ -148,7 +148,7 @@ def outside() -> Iterator[str]:
 def nat(driver: VppDataplane) -> Iterator[hostnat.NatPlan]:
     plan = hostnat.NatPlan(
         pod_nets=(V4, V6), keep=(ipaddress.ip_network("10.251.0.0/16"), V6), external=True,
-        service_return_ifname=driver.cfg.host_ifname, table=f"vswitch-cni-test-{unique('')}",
+        service_return=True, table=f"vswitch-cni-test-{unique('')}",
     )
     try:
         yield plan

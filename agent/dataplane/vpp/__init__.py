@@ -8,6 +8,8 @@
     hostlink.py       the Linux side of the VPP-host interconnect
     base.py           the idempotent base configuration (VRFs, gateway, drop routes, host link)
     driver.py         VppDataplane
+    mesh.py           the node mesh inside VPP (BVI, bridge domain, VXLAN tunnels)
+    node_mesh.py      the node mesh with Dataplane: vpp: mesh.py plus the node's Linux routes
 """
 
 from agent.dataplane.vpp.config import VppConfig, vpp_config

@@ -116,14 +116,15 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
         sw_if_index = _host_tap(api, cfg)
     elif sw_if_index is None:
         hostlink.ensure_veth_pair(
-            cfg.host_ifname, cfg.host_vpp_ifname, cfg.mtu, names.HOST_TAG, HOST_LINUX_MAC
+            cfg.host_ifname, cfg.host_vpp_ifname, cfg.interconnect_mtu, names.HOST_TAG,
+            HOST_LINUX_MAC
         )
         sw_if_index = afpacket.create(
             api, cfg.host_vpp_ifname, HOST_VPP_MAC, cfg.afpacket
         )
     interfaces.set_tag(api, sw_if_index, names.HOST_TAG)
     _bind(api, sw_if_index, cfg.main_vrf_id, [cfg.vpp_host_ip])
-    interfaces.set_mtu(api, sw_if_index, cfg.mtu)
+    interfaces.set_mtu(api, sw_if_index, cfg.interconnect_mtu)
     interfaces.set_admin_up(api, sw_if_index)
     # The node's end as a static neighbor: VPP would otherwise drop the first packet of
     # pod -> node traffic while it resolves the node by ARP.
@@ -137,7 +138,7 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
     hostlink.ensure_address_and_routes(
         cfg.host_ifname, cfg.host_linux_ip, cfg.vpp_host_ip,
         [str(s) for s in (*cfg.pod_subnets, *cfg.cluster_ranges)],
-        VPP_HOST_LL,
+        VPP_HOST_LL, cfg.interconnect_mtu, cfg.mtu,
     )
     return sw_if_index
 
@@ -188,7 +189,7 @@ def _current_host_link(api: VppApi, cfg: VppConfig) -> int | None:
 def _host_tap(api: VppApi, cfg: VppConfig) -> int:
     req = tap.TapRequest(
         vpp_mac=HOST_VPP_MAC, host_ifname=cfg.host_ifname, host_netns="",
-        host_mac=HOST_LINUX_MAC, host_mtu=cfg.mtu, rx_ring=cfg.tap_rx_ring_size,
+        host_mac=HOST_LINUX_MAC, host_mtu=cfg.interconnect_mtu, rx_ring=cfg.tap_rx_ring_size,
         tx_ring=cfg.tap_tx_ring_size, tag=names.HOST_TAG,
     )
     return tap.create(api, req)

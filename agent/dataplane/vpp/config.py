@@ -6,6 +6,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent.cluster.node import VXLAN_OVERHEAD
 from agent.dataplane.vpp.afpacket import RingOptions
 from agent.errors import InvalidConfig
 from agent.model import IPInterface
@@ -28,6 +29,11 @@ class VppConfig:
     tap_rx_ring_size: int = 256  # TAPv2RxRingSize
     tap_tx_ring_size: int = 256  # TAPv2TxRingSize
     mtu: int = 1450  # MTUSize
+    # The VPP-host interconnect's MTU; 0: `mtu`. With the node mesh it carries VPP's VXLAN
+    # packets, each a pod's full-size packet plus the encapsulation.
+    host_mtu: int = 0
+    # veth pods keep IPv4 TCP segmentation offload; off with the node mesh (veth_afpacket.py)
+    pod_tso4: bool = True
     main_vrf_id: int = 0  # MainVRFID
     pod_vrf_id: int = 1  # PodVRFID
     pod_gateways: tuple[IPInterface, ...] = ()  # node pod subnets' gateways, e.g. 10.1.1.1/24
@@ -66,6 +72,8 @@ class VppConfig:
                 raise InvalidConfig(f"VPP config {key}={size}: must be a power of 2, 16..32768")
         if not 576 <= self.mtu <= 9216:
             raise InvalidConfig(f"VPP config mtu={self.mtu}: must be 576..9216")
+        if self.host_mtu and not self.mtu <= self.host_mtu <= 9286:
+            raise InvalidConfig(f"VPP config host_mtu={self.host_mtu}: must be mtu..9286")
         for key in ("main_vrf_id", "pod_vrf_id"):
             if not 0 <= getattr(self, key) < 0xFFFFFFFF:
                 raise InvalidConfig(f"VPP config {key}={getattr(self, key)}: not a table ID")
@@ -88,6 +96,10 @@ class VppConfig:
                 )
             if self.vpp_host_ip.ip == self.host_linux_ip.ip:
                 raise InvalidConfig("VPP config vpp_host_ip/host_linux_ip: must differ")
+
+    @property
+    def interconnect_mtu(self) -> int:
+        return self.host_mtu or self.mtu
 
     @property
     def pod_subnets(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -115,6 +127,10 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         tap_rx_ring_size=cfg.tapv2_rx_ring_size,
         tap_tx_ring_size=cfg.tapv2_tx_ring_size,
         mtu=cfg.mtu,
+        # VPP's VXLAN packets to other nodes leave through the interconnect (node_mesh.py)
+        host_mtu=cfg.mtu + (0 if cfg.use_l2_interconnect
+                            else VXLAN_OVERHEAD[networks.vpp_host_subnet.version]),
+        pod_tso4=cfg.use_l2_interconnect,
         main_vrf_id=cfg.main_vrf_id,
         pod_vrf_id=cfg.pod_vrf_id,
         pod_gateways=gateways,

@@ -48,7 +48,8 @@ class VppDataplane:
         self.mode: WiringMode = (
             TapV2(self.api, config.mtu, config.tap_rx_ring_size, config.tap_tx_ring_size,
                   config.vhost_net_path)
-            if config.use_tap else VethAfPacket(self.api, config.mtu, config.afpacket)
+            if config.use_tap
+            else VethAfPacket(self.api, config.mtu, config.afpacket, config.pod_tso4)
         )
         self._base: base.BaseObjects | None = None
         self._base_generation = -1
@@ -73,6 +74,10 @@ class VppDataplane:
                 "enable them in VPP's startup config (plugins { plugin "
                 f"{missing[0]}_plugin.so {{ enable }} }})",
             )
+
+    def ensure(self) -> None:
+        """Connected, with the base configuration in place (the node mesh builds on it)."""
+        self._ensure()
 
     def _ensure(self) -> base.BaseObjects:
         """Connected, with the base configuration applied on this connection's VPP."""

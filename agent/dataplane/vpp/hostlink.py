@@ -22,7 +22,7 @@ def ensure_veth_pair(
     host_ifname: str, vpp_ifname: str, mtu: int, alias: str, host_mac: str
 ) -> None:
     """Creates the pair when missing (the Linux end with `host_mac`, which VPP knows as a
-    static neighbor) and brings both ends up."""
+    static neighbor) and brings both ends up with `mtu` (also on a pair made before)."""
     with netlink.host_ns() as ipr, netlink.translated(f"host link {host_ifname}"):
         if netlink.ifindex(ipr, host_ifname) is None:
             ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, address=host_mac,
@@ -35,20 +35,23 @@ def ensure_veth_pair(
                     f"{host_ifname} exists but is not paired with {vpp_ifname}",
                 )
             mac = {"address": host_mac} if name == host_ifname else {}
-            ipr.link("set", index=index, state="up", ifalias=alias, **mac)
+            ipr.link("set", index=index, state="up", ifalias=alias, mtu=mtu, **mac)
 
 
 def ensure_address_and_routes(
     host_ifname: str, address: IPInterface, via: IPInterface, subnets: list[str],
-    via6: ipaddress.IPv6Address,
+    via6: ipaddress.IPv6Address, link_mtu: int, pod_mtu: int,
 ) -> None:
     """`address` on the Linux end, and a route to each pod subnet via VPP's end: its address
-    of that family, or its link-local address `via6` for IPv6 subnets over an IPv4 link."""
+    of that family, or its link-local address `via6` for IPv6 subnets over an IPv4 link.
+
+    The link's MTU (`link_mtu`) makes room for VPP's VXLAN packets; the routes to the pods
+    carry the pods' MTU, so the node answers a too-large packet for a pod itself, as before."""
     with netlink.host_ns() as ipr, netlink.translated(f"host link {host_ifname} addressing"):
         index = netlink.ifindex(ipr, host_ifname)
         if index is None:
             raise DataplaneFailure(f"host link {host_ifname} is missing")
-        ipr.link("set", index=index, state="up")
+        ipr.link("set", index=index, state="up", mtu=link_mtu)
         try:
             ipr.addr("add", index=index, address=str(address.ip),
                      prefixlen=address.network.prefixlen)
@@ -58,7 +61,8 @@ def ensure_address_and_routes(
         for subnet in subnets:
             same_family = (":" in subnet) == (address.version == 6)
             gateway = str(via.ip) if same_family else str(via6)
-            ipr.route("replace", dst=subnet, gateway=gateway, oif=index)
+            ipr.route("replace", dst=subnet, gateway=gateway, oif=index,
+                      metrics={"mtu": pod_mtu})
 
 
 def remove(host_ifname: str) -> None:

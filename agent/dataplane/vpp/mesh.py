@@ -9,13 +9,20 @@ Node-wide (made once per VPP connection, found again by tag):
 
 Per remote node:
 
-    tunnel     VXLAN, src = this node IP, dst = remote node IP, VNI, encap in the main VRF;
-               tagged `TUNNEL_TAG<ID>`; in the bridge domain with split-horizon group 1
+    tunnel     VXLAN, src = VPP's end of this node's VPP-host interconnect, dst = the remote
+               node's (host 1 of each node's vppHostSubnet, e.g. 172.30.1.1 -> 172.30.2.1),
+               VNI, encap in the main VRF; tagged `TUNNEL_TAG<ID>`; in the bridge domain with
+               split-horizon group 1
     ARP / ND   static neighbors on the BVI: remote VXLAN address and fe80::2b:0:<ID> ->
                remote VXLAN MAC
     L2 FIB     static: remote VXLAN MAC -> the tunnel
     routes     pod VRF: every remote pod subnet and its VPP-host subnet via the BVI, next hop
                the remote VXLAN address (IPv6 subnets: fe80::2b:0:<ID>, as in the kernel mesh)
+
+The uplink stays Linux's (docs/vpp.md): VPP's encapsulated packets leave the main VRF by its
+default route to the node, whose routing carries them to the remote node IP (node_mesh.py adds
+the kernel routes), and the remote node delivers them to VPP through its connected interconnect
+route. Contiv sourced the tunnels from the node IP, which VPP owned there.
 
 Split-horizon group 1 on both the BVI and the tunnels keeps a packet from one tunnel from being
 sent out of another. Everything is idempotent (VPP replaces a route, neighbor or L2 FIB entry that
@@ -47,6 +54,12 @@ TUNNEL_TAG = BASE_TAG_PREFIX + "mesh-node/"
 PORT_NORMAL, PORT_BVI = 0, 1  # l2_port_type
 SPLIT_HORIZON = 1
 VXLAN_PORT = 4789
+
+
+def tunnel_endpoint(node: NodeInfo) -> str:
+    """The node's VXLAN tunnel end: VPP's end of its VPP-host interconnect (host 1 of its
+    vppHostSubnet, as ipam computes vpp_host_ip)."""
+    return str(ipaddress.ip_network(node.vpp_host_subnet).network_address + 1)
 
 
 @dataclass(frozen=True)
@@ -110,6 +123,13 @@ class VppMesh:
         address = ipaddress.ip_interface(f"{local.vxlan_ip}/{self.vxlan_prefixlen}")
         interfaces.add_address(self.api, index, address)
         self.api.call("sw_interface_ip6_enable_disable", sw_if_index=index, enable=True)
+        # A pod's TCP arrives in GSO packets of up to 64 KiB (AF_PACKET with offload): VPP
+        # must segment them as they are routed to the BVI, before the VXLAN encapsulation.
+        # Left whole, they leave VPP as one VXLAN packet flagged TCP GSO, which Linux then
+        # cuts wrongly (outer header fixed, inner one not). (Not on the tunnels: a VXLAN
+        # tunnel reports GSO support, so VPP's GSO node passes packets whole there.)
+        self.api.call("feature_gso_enable_disable", sw_if_index=index, enable_disable=True,
+                      context="GSO on the mesh BVI")
         interfaces.set_admin_up(self.api, index)
         return index
 
@@ -149,19 +169,20 @@ class VppMesh:
 
     def _tunnel(self, local: NodeInfo, remote: NodeInfo) -> int:
         """The tunnel to `remote`, created (or re-created when its endpoints changed)."""
+        src, dst = tunnel_endpoint(local), tunnel_endpoint(remote)
         for held in self.tunnels():
             if held.node_id != remote.node_id:
                 continue
-            if (held.src, held.dst, held.vni) == (local.node_ip, remote.node_ip, self.vni):
+            if (held.src, held.dst, held.vni) == (src, dst, self.vni):
                 return held.sw_if_index
             self._delete_tunnel(held)
         reply = self.api.call(
             "vxlan_add_del_tunnel_v3", is_add=True, instance=ANY,
-            src_address=ipaddress.ip_address(local.node_ip),
-            dst_address=ipaddress.ip_address(remote.node_ip), src_port=VXLAN_PORT,
+            src_address=ipaddress.ip_address(src),
+            dst_address=ipaddress.ip_address(dst), src_port=VXLAN_PORT,
             dst_port=VXLAN_PORT, mcast_sw_if_index=ANY, encap_vrf_id=self.main_vrf_id,
             decap_next_index=ANY, vni=self.vni, is_l3=False,
-            context=f"VXLAN tunnel to {remote.name} ({remote.node_ip})",
+            context=f"VXLAN tunnel to {remote.name} ({dst})",
         )
         index = int(reply.sw_if_index)
         interfaces.set_tag(self.api, index, f"{TUNNEL_TAG}{remote.node_id}")
@@ -211,7 +232,7 @@ class VppMesh:
         for held in self.tunnels():
             want = wanted.get(held.node_id)
             if (of is None or held.node_id == of.node_id) and (
-                    want is None or want.node_ip != held.dst):
+                    want is None or tunnel_endpoint(want) != held.dst):
                 self._delete_tunnel(held)
                 removed.append(f"tunnel to {held.dst} (node {held.node_id})")
         removed += self._prune_l2fib(wanted, of)
@@ -224,10 +245,14 @@ class VppMesh:
         out = []
         for entry in self.api.dump("l2_fib_table_dump", bd_id=self.bd_id):
             mac = str(entry.mac)
-            if not entry.static_mac or mac in macs or (of is not None and mac != of.vxlan_mac):
+            # the BVI's own entry (VPP makes it with the BVI port) is never a remote node's
+            if entry.bvi_mac or not entry.static_mac or mac in macs or (
+                    of is not None and mac != of.vxlan_mac):
                 continue
-            _ignore_missing(lambda m=mac: self.api.call(
-                "l2fib_add_del", mac=m, bd_id=self.bd_id, sw_if_index=ANY, is_add=False,
+            # VPP deletes an entry only given its own sw_if_index (or 0); a static entry
+            # outlives its tunnel, naming the deleted interface
+            _ignore_missing(lambda m=mac, sw=int(entry.sw_if_index): self.api.call(
+                "l2fib_add_del", mac=m, bd_id=self.bd_id, sw_if_index=sw, is_add=False,
                 static_mac=True, filter_mac=False, bvi_mac=False))
             out.append(f"L2 FIB {mac}")
         return out

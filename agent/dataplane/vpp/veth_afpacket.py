@@ -6,7 +6,7 @@ Works on every kernel (no /dev/vhost-net needed); costs a kernel hop compared wi
 
 from __future__ import annotations
 
-from agent import netlink
+from agent import ethtool, netlink
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import afpacket, names
 from agent.dataplane.vpp.api import VppApi
@@ -18,10 +18,13 @@ from agent.model import PodNetwork
 class VethAfPacket:
     name = "veth-afpacket"
 
-    def __init__(self, api: VppApi, mtu: int, rings: afpacket.RingOptions) -> None:
+    def __init__(
+        self, api: VppApi, mtu: int, rings: afpacket.RingOptions, pod_tso4: bool = True
+    ) -> None:
         self.api = api
         self.mtu = mtu
         self.rings = rings
+        self.pod_tso4 = pod_tso4
 
     def check_usable(self) -> None:
         """AF_PACKET needs nothing beyond a kernel with veth support."""
@@ -32,11 +35,23 @@ class VethAfPacket:
         vpp_mac = names.vpp_mac(pod.key)
         netlink.create_veth(host, pod.netns, pod.key.ifname, pod.mtu or self.mtu, pod_mac, tag)
         undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
+        if not self.pod_tso4:
+            self._tso4_off(pod)
         sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
         undo.push(f"delete af_packet {host}", lambda: self._delete_afpacket(host))
         # Tagged first, so that even a half-wired interface is found again by its owner.
         set_tag(self.api, sw_if_index, tag)
         return Port(sw_if_index, host, pod_mac, vpp_mac)
+
+    @staticmethod
+    def _tso4_off(pod: PodNetwork) -> None:
+        """The pod's kernel segments its IPv4 TCP itself (GSO in software, before the veth).
+        VPP 26.06 segments an IPv4 GSO packet read by AF_PACKET as if it were IPv6 (its GSO
+        code takes the family from the IP-checksum offload flag, which AF_PACKET input never
+        sets), so with the node mesh, where VPP must segment before the VXLAN encapsulation,
+        large IPv4 TCP packets would leave broken. IPv6 keeps its offload."""
+        with netlink.translated(f"switching IPv4 TSO off on {pod.key.ifname} in the pod"):
+            ethtool.set_feature(pod.netns, pod.key.ifname, "tx-tcp-segmentation", False)
 
     def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port | None:
         """After a VPP restart the veth pair is still there (its pod end keeps the pod's

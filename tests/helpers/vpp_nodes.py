@@ -1,0 +1,124 @@
+"""Nodes of the one-machine cluster (tests/helpers/cluster.py) with `Dataplane: vpp`: one VPP per
+node namespace, a fake one (tests/fakevpp, CI) or a real one (started by a command of the
+machine's, named in the environment).
+
+    VSWITCH_TEST_VPP_START        command starting a VPP: `$CMD NAME NETNS` (NETNS an `ip netns`
+                                  name); returns once its API socket exists
+    VSWITCH_TEST_VPP_STOP         command stopping it: `$CMD NAME`
+    VSWITCH_TEST_VPP_MESH_SOCKET  the API socket of instance NAME, `{name}` standing for it
+    VSWITCH_TEST_VPP_API_DIR      optional: VPP's .api.json folder (else fetched from the VPP)
+
+`vpp_view` reads what a VPP holds for the mesh through the agent's own VPP modules (so the same
+code inspects the fake and the real VPP): tunnels, bridge-domain FIB, BVI neighbors, pod-VRF
+routes via the BVI.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import shlex
+import subprocess
+from typing import Any
+
+from agent.dataplane.vpp import interfaces, ip, neighbors
+from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.mesh import BVI_TAG, VppMesh
+from tests.fakevpp import API_DIR, FakeVPP
+from tests.helpers.cluster import Cluster, Node, sh
+
+START = os.environ.get("VSWITCH_TEST_VPP_START", "")
+STOP = os.environ.get("VSWITCH_TEST_VPP_STOP", "")
+SOCKET = os.environ.get("VSWITCH_TEST_VPP_MESH_SOCKET", "")
+REAL_API_DIR = os.environ.get("VSWITCH_TEST_VPP_API_DIR", "")
+REAL_VPP = bool(START and STOP and SOCKET)
+POD_VRF, BD = 1, 10
+
+
+class VppNodes:
+    """Adds nodes to `cluster`, each with its own VPP; `close()` stops every VPP."""
+
+    def __init__(self, cluster: Cluster, real: bool) -> None:
+        self.cluster = cluster
+        self.real = real
+        self.suffix = secrets.token_hex(2)
+        self.fakes: dict[str, FakeVPP] = {}
+        self.started: list[str] = []  # real instances' names
+        self.sockets: dict[str, str] = {}  # node name -> API socket
+        self.names: dict[str, str] = {}  # node name -> VPP instance name
+
+    def add_node(self, **extra: Any) -> Node:
+        node = self.cluster.add_node(start=False, **extra)
+        name = f"vsw{node.index}{self.suffix}"
+        if self.real:
+            self.started.append(name)
+            out = subprocess.run([*shlex.split(START), name, node.netns], capture_output=True,
+                                 text=True, check=False, timeout=120)
+            assert out.returncode == 0, f"starting VPP {name}: {out.stdout} {out.stderr}"
+            socket, api_dir = SOCKET.replace("{name}", name), REAL_API_DIR
+        else:
+            socket, api_dir = str(self.cluster.workdir / f"{name}.sock"), API_DIR
+            fake = FakeVPP(socket, API_DIR, netns=f"/var/run/netns/{node.netns}")
+            fake.start()
+            self.fakes[name] = fake
+        self.sockets[node.name] = socket
+        self.names[node.name] = name
+        node.extra.update({"Dataplane": "vpp", "VPPAPISocket": socket, "VPPAPIDir": api_dir,
+                           "UseTAPInterfaces": False})
+        node.start_agent()
+        return node
+
+    def close(self) -> None:
+        for fake in self.fakes.values():
+            fake.stop()
+        for name in self.started:
+            subprocess.run([*shlex.split(STOP), name], capture_output=True, check=False,
+                           timeout=60)
+
+    def api(self, node: Node) -> VppApi:
+        return VppApi(self.sockets[node.name], REAL_API_DIR if self.real else API_DIR or None,
+                      5.0, 10.0, "vswitch-test")
+
+
+def vpp_view(api: VppApi) -> dict[str, list[str]]:
+    """What the VPP holds for the node mesh, as sorted text lines."""
+    mesh = VppMesh(api, POD_VRF, 0, ipaddress.ip_network("192.168.30.0/24"), bd_id=BD)
+    api.connect()
+    bvi = interfaces.by_tag(api, BVI_TAG)
+    out: dict[str, list[str]] = {
+        "tunnels": sorted(f"{t.src} -> {t.dst} vni {t.vni} node {t.node_id}"
+                          for t in mesh.tunnels()),
+        "fib": sorted(str(e.mac) for e in api.dump("l2_fib_table_dump", bd_id=BD)
+                      if not e.bvi_mac),
+        "bvi": sorted(str(e.mac) for e in api.dump("l2_fib_table_dump", bd_id=BD)
+                      if e.bvi_mac),
+        "neigh": [], "routes": [],
+    }
+    if bvi:
+        index = bvi[0].sw_if_index
+        out["neigh"] = sorted(f"{address} {mac}"
+                              for (_, address), mac in neighbors.dump(api, index).items())
+        out["routes"] = sorted(str(prefix) for ipv6 in (False, True)
+                               for prefix, route in ip.routes(api, POD_VRF, ipv6).items()
+                               if index in route.sw_if_indexes)
+    return out
+
+
+def linux_routes(node: Node) -> list[str]:
+    """The node's kernel routes of the mesh (protocol 118), both families."""
+    lines = []
+    for family in ("-4", "-6"):
+        out = sh("ip", "-n", node.netns, family, "route", "show", "proto", "118").stdout
+        lines += [line.strip() for line in out.splitlines() if line.strip()]
+    return sorted(lines)
+
+
+def naming(lines: list[str], node: Node, node_id: int) -> list[str]:
+    """The lines that name node `node_id` (node IP, VPP-host subnet or address, VXLAN address
+    or MAC, IPv6 next hop, pod subnets, a tunnel to it)."""
+    marks = {node.node_ip, f"172.30.{node_id}.0/24", f"172.30.{node_id}.1",
+             f"192.168.30.{node_id}", f"12:2b:00:00:00:{node_id:02x}", f"fe80::2b:0:{node_id:x}",
+             f"10.1.{node_id}.0/24", f"fd00:10:0:{node_id:x}::/64"}
+    return [line for line in lines
+            if marks & set(line.split()) or line.endswith(f" node {node_id}")]
