@@ -25,6 +25,7 @@ Test plan:
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -35,6 +36,7 @@ import pytest
 
 from agent import ethtool
 from tests.helpers.cluster import Cluster, Node, Pod, converged, ping, sh, wait_for
+from tests.helpers.netns import unique
 from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
 from tests.helpers.vpp_nodes import REAL_VPP, VppNodes, linux_routes, naming, vpp_view
 
@@ -172,7 +174,25 @@ def test_pods_reach_each_other_through_real_vpps(tmp_path: Path) -> None:
         assert ping(a, b.ips[0], size=1422, df=True)
         assert ping(a, b.ips[1], size=1402, df=True)
         assert not ping(a, b.ips[0], size=1423, df=True)
+        assert service_to_the_other_node(nodes[0], a, b)
         check_removal(vpps, nodes)
+
+
+def service_to_the_other_node(node: Node, client: Pod, backend: Pod) -> bool:
+    """A Service whose backend is a pod of another node (kube-proxy's DNAT, stood in for by a
+    table of the test's on the client's node): the request crosses the uplink, the reply comes
+    back through the client node's conntrack (the agent's return-path masquerade)."""
+    table = f"test-kube-proxy-{unique('')}"
+    rules = [f"add table ip {table}",
+             f"add chain ip {table} pre {{ type nat hook prerouting priority -100 ; }}",
+             f"add rule ip {table} pre ip daddr 10.96.7.7 tcp dport 80 dnat to "
+             f"{backend.ips[0]}:7779"]
+    subprocess.run(["ip", "netns", "exec", node.netns, "nft", "-f", "-"], input="\n".join(rules),
+                   text=True, check=True)
+    with Server(backend.netns, "tcp", "0.0.0.0", 7779):
+        sent = tcp_transfer(client.netns, "10.96.7.7", 80)
+    assert sent.source in ("", node.node_ip), sent  # the backend sees the client's node
+    return sent.ok
 
 
 def test_vpp_mesh_refuses_a_pod_mtu_the_uplink_cannot_carry_and_one_vrf(tmp_path: Path) -> None:
