@@ -3,14 +3,17 @@
 The node ID fixes the node's subnets, and the binding in etcd (`nodes/id/<id>` and
 `nodes/name/<name>`) is what keeps every other node off them. etcd can lose it under a running
 agent: wiped, or restored from a backup older than the claim. The guard checks the binding every
-second; when etcd lost it (its revision went back) and the ID is still free, it binds it again
+second; when etcd lost it (the binding is gone, and no removal mark says an operator removed the
+node) and the ID is still free, it binds it again
 at once (before another node's smallest-free claim can take it) and writes back the pod records
 etcd lost from the agent's own copy (agent/known): live pods are never removed because etcd
 forgot them. When another node holds the ID now, its subnets are that node's: the agent stops
 taking ADDs (a clear error, readiness false) instead of handing out that node's addresses,
 leaves its live pods alone, and takes ADDs again once the binding is its own again. A binding
-deleted while etcd went forward is an operator's `node remove` (agent/cluster/remove): never
-undone here, ADDs are refused until the agent is restarted (it then joins again).
+removed by an operator (`node remove`, `agent.nodes release`: both leave the mark
+`nodes/removed/<name>`) is never undone here: ADDs are refused until the agent is restarted (it
+then joins again and the mark goes). etcd's revision cannot make that distinction: after a wipe,
+the other agents' writes soon carry the new etcd past the revision this agent saw last.
 """
 
 from __future__ import annotations

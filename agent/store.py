@@ -137,6 +137,14 @@ class Store:
     def _node_id_key(self, node_id: int) -> str:
         return f"{self.prefix}nodes/id/{node_id}"
 
+    def _node_removed_key(self, name: str) -> str:
+        """Written when an operator removes the node (node remove, agent.nodes release), deleted
+        when the node joins again: a binding gone without it is data etcd lost."""
+        return f"{self.prefix}nodes/removed/{quote(name, safe='')}"
+
+    def _removal_mark(self, name: str, node_id: int) -> Any:
+        return tx.Put(self._node_removed_key(name), dump({"id": node_id, "at": time.time()}))
+
     def _pod_key(self, node_id: int, key: PodKey) -> str:
         return (
             f"{self.prefix}pods/{node_id}/{quote(key.container_id, safe='')}/"
@@ -174,7 +182,8 @@ class Store:
             if self._txn(
                 f"claim node ID {node_id}",
                 [tx.Version(id_key) == 0, tx.Version(name_key) == 0],
-                [tx.Put(id_key, value), tx.Put(name_key, value)],
+                [tx.Put(id_key, value), tx.Put(name_key, value),
+                 tx.Delete(self._node_removed_key(node_name))],  # joined again
             ):
                 self._hold_current(node_id)
                 return node_id
@@ -184,9 +193,9 @@ class Store:
 
     def bind_node_id(self, node_name: str, node_id: int) -> Binding:
         """Makes sure `node_id` is bound to `node_name`, re-creating what etcd lost (etcd wiped,
-        or restored from an old backup: its revision went back). Nothing is written when
-        another node holds the ID now (`holder`), or when the binding this client held was
-        deleted while etcd went forward: an operator removed the node (`removed`).
+        or restored from an old backup). Nothing is written when another node holds the ID now
+        (`holder`), or when the binding this client held is gone and the node's removal mark
+        is there: an operator removed the node (`removed`).
 
         The id key is create-if-absent, so a node that claimed the ID meanwhile keeps it; the
         name key is pointed (back) at `node_id`, guarded by its mod revision."""
@@ -194,9 +203,11 @@ class Store:
         value = dump({"name": node_name, "id": node_id, "since": time.time()})
         for _ in range(_MAX_ROUNDS):
             id_raw, id_mod, revision = self._get_at(id_key)
-            went_back, self._revision = revision < self._revision, revision
-            taken = node_id in self._taken  # lost to another node already: not a removal
-            if id_raw is None and node_id in self._held and not (went_back or taken):
+            self._revision = revision
+            # Removed by an operator only when the removal left its mark: etcd's revision alone
+            # cannot tell (a wiped etcd that other agents wrote to since is "ahead" again).
+            if id_raw is None and node_id in self._held and node_id not in self._taken \
+                    and self._get(self._node_removed_key(node_name))[0] is not None:
                 return Binding(removed=True)
             holder = node_name if id_raw is None else str(load(id_raw, id_key).get("name"))
             if holder != node_name:
@@ -273,10 +284,11 @@ class Store:
             raw, meta = self._get(name_key)
             if raw is None:
                 return False
-            id_key = self._node_id_key(int(load(raw, name_key)["id"]))
+            node_id = int(load(raw, name_key)["id"])
+            id_key = self._node_id_key(node_id)
             id_raw, id_meta = self._get(id_key)
             compare = [tx.Mod(name_key) == meta.mod_revision]
-            ops = [tx.Delete(name_key)]
+            ops = [tx.Delete(name_key), self._removal_mark(node_name, node_id)]
             if id_raw is not None and load(id_raw, id_key).get("name") == node_name:
                 compare.append(tx.Mod(id_key) == id_meta.mod_revision)
                 ops.append(tx.Delete(id_key))

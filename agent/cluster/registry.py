@@ -165,6 +165,7 @@ class Registry(Store):
             tx.Delete(self._alive_key(node_id)),
             tx.Delete(name_key),
             tx.Delete(self._node_id_key(node_id)),
+            self._removal_mark(node_name, node_id),
             tx.Delete(pods, range_end=_prefix_end(pods)),
             tx.Delete(ipam, range_end=_prefix_end(ipam)),
         ]

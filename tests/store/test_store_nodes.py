@@ -226,3 +226,26 @@ def test_a_binding_deleted_while_etcd_goes_forward_is_a_removal(
     finally:
         store.close()
         operator.close()
+
+
+def test_a_binding_lost_without_a_removal_mark_is_bound_again_though_etcd_went_forward(
+    etcd: EtcdServer, prefix: str, tmp_path: Path
+) -> None:
+    """etcd lost the binding (wiped, or a restored backup) and other agents have written more
+    since, so its revision is past what this agent saw: still data loss, not a removal (the
+    fault suite's wipe under two running nodes met exactly this)."""
+    cfg, _ = IPAMConfig.from_mapping({})
+    store = Store(etcd.endpoints, prefix)
+    other = Store(etcd.endpoints, prefix)
+    try:
+        assert NodeIdentity(store, "a", cfg, str(tmp_path)).acquire() == 1
+        assert store.bind_node_id("a", 1) == Binding()
+        for key in (f"{prefix}nodes/name/a", f"{prefix}nodes/id/1"):
+            other._client.delete(key)  # what a wipe does to it, with no operator involved
+        for i in range(20):  # the others' writes carry the revision past this agent's
+            other._client.put(f"{prefix}elsewhere/{i}", "x")
+        assert store.bind_node_id("a", 1) == Binding(rewritten=True)
+        assert other.node_ids() == {"a": 1}
+    finally:
+        store.close()
+        other.close()
