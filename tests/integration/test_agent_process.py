@@ -110,9 +110,13 @@ def test_sigterm_drains_in_flight_adds(
         agent.wait_ready()
         started = threading.Event()
 
+        answers: list[str] = []
+
         def add(pod: tuple[str, str]) -> int:
             started.set()
             out = run_plugin("ADD", net_config(agent), container_id=pod[1], netns=pod[0])
+            if out.returncode != 0:
+                answers.append(out.stdout)
             return 0 if out.returncode == 0 else int(out.json["code"])
 
         with ThreadPoolExecutor(12) as pool:
@@ -122,7 +126,7 @@ def test_sigterm_drains_in_flight_adds(
             agent.process.send_signal(signal.SIGTERM)
             codes = [f.result() for f in futures]
         assert agent.process.wait(timeout=60) == 0
-        assert set(codes) <= {0, 11}, codes
+        assert set(codes) <= {0, 11}, f"{codes}\n{answers}\n{agent.log()[-4000:]}"
 
         again = start_agent(tmp_path, config, "after-drain")
         try:
