@@ -3,7 +3,9 @@
 This is the one place where gRPC outcomes become CNI errors:
 - a reply message with `result` != 0 is the agent's CNI error, passed through as is (the agent
   sends it together with a non-OK gRPC status, which is what an old Contiv client looks at);
-- a bare status: UNAVAILABLE/DEADLINE_EXCEEDED -> 11 (try again later), others -> 999;
+- a bare status: UNAVAILABLE/DEADLINE_EXCEEDED/CANCELLED -> 11 (try again later), others -> 999
+  (an agent that stops while a call waits for a worker cancels it: nothing was done, a retry is
+  right);
 - permission denied on the socket -> 5 (I/O), with a message saying that retrying cannot help;
 - an unreachable agent -> 11 for ADD/CHECK/GC, 50 (not ready) for STATUS; a DEL is journaled on
   the node's disk (cni_client/journal) and succeeds, so a pod never sticks in Terminating: the
@@ -36,7 +38,7 @@ METHODS = {
     "GC": "/cni.RemoteCNI/GC",
     "STATUS": "/cni.RemoteCNI/Status",
 }
-_TRANSIENT = (grpc_unix.UNAVAILABLE, grpc_unix.DEADLINE_EXCEEDED)
+_TRANSIENT = (grpc_unix.UNAVAILABLE, grpc_unix.DEADLINE_EXCEEDED, grpc_unix.CANCELLED)
 
 
 def build_request(inv: Invocation, deadline: float, env: Mapping[str, str]) -> CNIRequest:

@@ -207,6 +207,7 @@ def test_agent_errors_pass_through(agent: ScriptedAgent, command: str, code: int
 
 @pytest.mark.parametrize("status,code", [(grpc.StatusCode.UNAVAILABLE, 11),
                                          (grpc.StatusCode.DEADLINE_EXCEEDED, 11),
+                                         (grpc.StatusCode.CANCELLED, 11),
                                          (grpc.StatusCode.INTERNAL, 999),
                                          (grpc.StatusCode.UNIMPLEMENTED, 999)])
 def test_bare_status_from_the_agent(agent: ScriptedAgent, status: grpc.StatusCode,
