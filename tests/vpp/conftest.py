@@ -59,6 +59,13 @@ def serving_fake(workdir: str, netns: str = "", tap_works: bool = True) -> Itera
 
 
 @pytest.fixture
+def bare_fake(workdir: str) -> Iterator[FakeVPP]:
+    """A fake VPP in the test's own namespace, for tests of the API and VPP objects only."""
+    with serving_fake(workdir, tap_works=False) as vpp:
+        yield vpp
+
+
+@pytest.fixture
 def fake(node_ns: str, workdir: str) -> Iterator[FakeVPP]:
     with serving_fake(workdir, node_ns) as vpp:
         yield vpp

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import tempfile
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,17 +19,6 @@ from agent.dataplane.vpp.api import VppApi
 from agent.errors import DataplaneFailure, InvalidConfig, TryAgainLater
 from agent.model import PodKey
 from tests.fakevpp import API_DIR, FakeVPP
-
-
-@pytest.fixture
-def bare_fake() -> Iterator[FakeVPP]:
-    with tempfile.TemporaryDirectory(prefix="vswvpp") as d:
-        vpp = FakeVPP(os.path.join(d, "api.sock"), API_DIR)
-        vpp.start()
-        try:
-            yield vpp
-        finally:
-            vpp.stop()
 
 
 def _api(fake: FakeVPP, api_dir: str | None = API_DIR) -> VppApi:

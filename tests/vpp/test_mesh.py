@@ -14,8 +14,6 @@ changes the generation and programming rebuilds it all.
 from __future__ import annotations
 
 import ipaddress
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -38,19 +36,8 @@ def node(node_id: int) -> NodeInfo:
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeVPP]:
-    with tempfile.TemporaryDirectory(prefix="vswmesh") as d:
-        vpp = FakeVPP(os.path.join(d, "api.sock"), API_DIR)
-        vpp.start()
-        try:
-            yield vpp
-        finally:
-            vpp.stop()
-
-
-@pytest.fixture
-def api(fake: FakeVPP) -> Iterator[VppApi]:
-    client = VppApi(fake.socket_path, API_DIR, 2.0, 3.0, "test")
+def api(bare_fake: FakeVPP) -> Iterator[VppApi]:
+    client = VppApi(bare_fake.socket_path, API_DIR, 2.0, 3.0, "test")
     for ipv6 in (False, True):
         ip.add_table(client, POD_VRF, ipv6, "pods")
     yield client
@@ -61,8 +48,8 @@ def mesh(api: VppApi) -> VppMesh:
     return VppMesh(api, POD_VRF, 0, ipaddress.ip_network("192.168.30.0/24"), bd_id=BD)
 
 
-def summary(fake: FakeVPP) -> dict[str, list[Any]]:
-    s = fake.state
+def summary(bare_fake: FakeVPP) -> dict[str, list[Any]]:
+    s = bare_fake.state
     bd = s.bridge_domains[BD]
     return {
         "tunnels": sorted((t.src, t.dst, t.vni, t.encap_vrf_id) for t in s.tunnels.values()),
@@ -75,20 +62,20 @@ def summary(fake: FakeVPP) -> dict[str, list[Any]]:
     }
 
 
-def test_program_makes_contivs_mesh_once(fake: FakeVPP, api: VppApi) -> None:
+def test_program_makes_contivs_mesh_once(bare_fake: FakeVPP, api: VppApi) -> None:
     local, two, three = node(1), node(2), node(3)
     m = mesh(api)
     for _ in range(2):  # the second round must change nothing
         m.program(local, two)
         m.program(local, three)
-    s = fake.state
+    s = bare_fake.state
     bvi = next(i for i in s.interfaces.values() if i.tag == BVI_TAG)
     assert bvi.mac == "12:2b:00:00:00:01" and bvi.vrf == {False: POD_VRF, True: POD_VRF}
     assert [str(a) for a in bvi.addresses] == ["192.168.30.1/24"] and bvi.ip6_enabled
     bd = s.bridge_domains[BD]
     assert not (bd.flags["learn"] or bd.flags["flood"] or bd.flags["uu_flood"])
     assert bd.members[bvi.sw_if_index] == (1, 1)  # BVI port, split-horizon group 1
-    got = summary(fake)
+    got = summary(bare_fake)
     assert got["tunnels"] == [("172.30.1.1", "172.30.2.1", 10, 0),
                               ("172.30.1.1", "172.30.3.1", 10, 0)]
     assert got["members"] == [(0, 1), (0, 1), (1, 1)]
@@ -103,48 +90,48 @@ def test_program_makes_contivs_mesh_once(fake: FakeVPP, api: VppApi) -> None:
     assert "192.168.30.2" in routes["10.1.2.0/24"] and "fe80::2b:0:3" in routes["fd00:10:0:3::/64"]
 
 
-def test_changed_vpp_host_subnet_unprogram_and_prune(fake: FakeVPP, api: VppApi) -> None:
+def test_changed_vpp_host_subnet_unprogram_and_prune(bare_fake: FakeVPP, api: VppApi) -> None:
     local, two, three = node(1), node(2), node(3)
     m = mesh(api)
     m.program(local, two)
     m.program(local, three)
     m.program(local, replace(two, node_ip="192.168.16.22"))  # the tunnel does not name it
-    assert summary(fake)["tunnels"] == [("172.30.1.1", "172.30.2.1", 10, 0),
+    assert summary(bare_fake)["tunnels"] == [("172.30.1.1", "172.30.2.1", 10, 0),
                                         ("172.30.1.1", "172.30.3.1", 10, 0)]
     moved = replace(two, vpp_host_subnet="172.30.22.0/24")
     m.program(local, moved)
-    assert summary(fake)["tunnels"] == [("172.30.1.1", "172.30.22.1", 10, 0),
+    assert summary(bare_fake)["tunnels"] == [("172.30.1.1", "172.30.22.1", 10, 0),
                                         ("172.30.1.1", "172.30.3.1", 10, 0)]
     # then what only the old entry needed goes, as the controller does for a changed node
     assert m.unprogram(local, two, [moved, three]) == ["route 172.30.2.0/24"]
     removed = m.unprogram(local, three, [moved])
     # the tunnel, its L2 FIB entry (static entries outlive a tunnel in VPP), 2 neighbors, 3 routes
     assert len(removed) == 1 + 1 + 2 + 3, removed
-    after = summary(fake)
+    after = summary(bare_fake)
     assert after["tunnels"] == [("172.30.1.1", "172.30.22.1", 10, 0)]
     assert "10.1.3.0/24" not in dict(after["routes"])
     assert "10.1.2.0/24" in dict(after["routes"])
 
     restarted = mesh(api)  # a restarted agent: node 2 was removed while it was down
     assert len(restarted.prune(local, [])) == 1 + 1 + 2 + 3
-    empty = summary(fake)
+    empty = summary(bare_fake)
     assert empty["tunnels"] == empty["fib"] == empty["neighbors"] == empty["routes"] == []
-    bd = fake.state.bridge_domains[BD]
+    bd = bare_fake.state.bridge_domains[BD]
     assert bd.fib.get("12:2b:00:00:00:01") is not None  # the BVI's own entry stays
 
 
 def test_vpp_restart_changes_generation_and_program_rebuilds(
-    fake: FakeVPP, api: VppApi
+    bare_fake: FakeVPP, api: VppApi
 ) -> None:
     local, two = node(1), node(2)
     m = mesh(api)
     m.program(local, two)
-    before = (m.generation(), summary(fake))
-    fake.restart()
+    before = (m.generation(), summary(bare_fake))
+    bare_fake.restart()
     with pytest.raises(Exception):  # noqa: B017 - the first call after a restart fails (11)
         api.call("control_ping")
     for ipv6 in (False, True):
         ip.add_table(api, POD_VRF, ipv6, "pods")  # the driver's base, made again
     m.program(local, two)
     assert m.generation() != before[0]
-    assert summary(fake) == before[1]
+    assert summary(bare_fake) == before[1]
