@@ -181,25 +181,29 @@ class LateEtcd:
         return getattr(self._real, name)
 
 
-def test_an_add_whose_final_write_is_answered_late_leaves_no_record(
-    node: Callable[[], PodManager], make_netns: Callable[[], str]
-) -> None:
-    pods = node()
+def add_answered_late(pods: PodManager, netns: str, name: str) -> None:
+    """An ADD whose final etcd write is answered too late (it fails with 11)."""
     reconcile(pods)
-    netns = make_netns()
     real = pods.store
     pods.store = LateEtcd(real)
     with pytest.raises(TryAgainLater):
-        pods.add(request("ADD", netns, "late"))
+        pods.add(request("ADD", netns, name))
     pods.store = real
+
+
+def test_an_add_whose_final_write_is_answered_late_leaves_no_record(
+    node: Callable[[], PodManager], make_netns: Callable[[], str]
+) -> None:
+    pods, netns = node(), make_netns()
+    add_answered_late(pods, netns, "late")
     key = request("ADD", netns, "late").key
     assert not link_exists(host_link(pods, "late"))
     assert in_use(pods) == 1, "released while etcd may still hold the allocation"
     assert pods.journal is not None and pods.journal.has(key)
 
     assert pods.drain_journal() == 0  # etcd answers again
-    assert real.get_pod(1, key) is None, "the failed ADD left its record"
-    assert real.list_allocations(1) == {}  # type: ignore[attr-defined]
+    assert pods.store.get_pod(1, key) is None, "the failed ADD left its record"
+    assert pods.store.list_allocations(1) == {}  # type: ignore[attr-defined]
     assert in_use(pods) == 0
     again = pods.add(request("ADD", netns, "late"))  # the runtime's retry
     assert pods.check(request("CHECK", netns, "late")).key == again.key
@@ -209,14 +213,8 @@ def test_an_add_whose_final_write_is_answered_late_leaves_no_record(
 def test_the_runtimes_del_after_a_late_answered_add_releases_once(
     node: Callable[[], PodManager], make_netns: Callable[[], str]
 ) -> None:
-    pods = node()
-    reconcile(pods)
-    netns = make_netns()
-    real = pods.store
-    pods.store = LateEtcd(real)
-    with pytest.raises(TryAgainLater):
-        pods.add(request("ADD", netns, "late"))
-    pods.store = real
+    pods, netns = node(), make_netns()
+    add_answered_late(pods, netns, "late")
     journaled = pods.journal.get(request("DEL", netns, "late").key) if pods.journal else None
     assert journaled is not None and journaled.record is not None
     pods.delete(request("DEL", netns, "late"))  # etcd answers again before the drainer runs
@@ -224,7 +222,7 @@ def test_the_runtimes_del_after_a_late_answered_add_releases_once(
     pods.pools.reserve(journaled.record.addresses)  # the freed address is handed out again
     pods.drain_journal()
     assert in_use(pods) == 1, "an address was released twice: a live pod's is free again"
-    assert real.list_allocations(1) == {}  # type: ignore[attr-defined]
+    assert pods.store.list_allocations(1) == {}  # type: ignore[attr-defined]
 
 
 def test_reconcile_treats_a_reused_netns_path_as_dead(
