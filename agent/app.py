@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 
 from agent import hostnat
+from agent.backoff import retry_unavailable
 from agent.binding import BindingGuard
 from agent.cluster.side import ClusterSide
 from agent.config import AgentConfig
@@ -46,7 +47,7 @@ from protos import cni_pb2_grpc
 log = logging.getLogger(__name__)
 
 
-STARTUP_ETCD_WAIT = 60.0  # seconds an agent waits for etcd at start before it gives up
+STARTUP_WAIT = 60.0  # seconds an agent waits at start for etcd, and then for its dataplane
 WORKER_PREFIX = "cni-worker"  # the names of the threads that serve CNI requests
 
 
@@ -90,7 +91,7 @@ class Agent:
         self._rest = self._listen()
         self._phase = "starting: waiting for etcd"
         self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam, cfg.state_dir).acquire(
-            wait=STARTUP_ETCD_WAIT, stopping=self._stopping
+            wait=STARTUP_WAIT, stopping=self._stopping
         )
         self.networks = node_networks(cfg.ipam, self.node_id)
         log.info(
@@ -174,22 +175,16 @@ class Agent:
     def _start_dataplane(self, dataplane: Dataplane) -> None:
         """Starts the dataplane, waiting like for etcd while the vswitch is not up yet (in the
         DaemonSet VPP and the agent start together; giving up at once would crash-loop)."""
-        deadline = time.monotonic() + STARTUP_ETCD_WAIT
-        delay = 0.2
-        while True:
-            try:
-                dataplane.start()
-                return
-            except TryAgainLater as exc:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StartupError(f"the {dataplane.name} dataplane is not reachable: "
-                                       f"{exc}") from exc
-                log.warning("waiting for the %s dataplane: %s", dataplane.name, exc)
-                self._phase = f"starting: waiting for the {dataplane.name} dataplane"
-                if self._stopping.wait(min(delay, left)):
-                    raise StartupError("stopped while waiting for the dataplane") from exc
-                delay = min(delay * 2, 2.0)
+        def waiting(exc: TryAgainLater, left: float) -> None:
+            log.warning("waiting for the %s dataplane: %s", dataplane.name, exc)
+            self._phase = f"starting: waiting for the {dataplane.name} dataplane"
+
+        try:
+            retry_unavailable(dataplane.start, STARTUP_WAIT, self._stopping, waiting)
+        except TryAgainLater as exc:
+            if self._stopping.is_set():
+                raise StartupError("stopped while waiting for the dataplane") from exc
+            raise StartupError(f"the {dataplane.name} dataplane is not reachable: {exc}") from exc
 
     def _listen(self) -> RestServer:
         address = self.config.http_host_port

@@ -14,10 +14,10 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from agent.backoff import retry_unavailable
 from agent.errors import CniError, TryAgainLater
 from agent.store import Store
 from ipam import IPAMConfig, max_node_id
@@ -75,21 +75,10 @@ class NodeIdentity:
         An unreachable etcd is retried for up to `wait` seconds (backoff 0.2 s to 2 s), so an
         agent starting together with etcd, or during a blip, does not give up at once; a set
         `stopping` ends the wait."""
-        deadline = time.monotonic() + wait
-        delay = 0.2
-        while True:
-            try:
-                return self._claim()
-            except TryAgainLater as exc:
-                left = deadline - time.monotonic()
-                if left <= 0 or (stopping is not None and stopping.is_set()):
-                    raise
-                log.warning("etcd not reachable yet (%s); retrying for %.0fs more", exc, left)
-                if stopping is not None and stopping.wait(min(delay, left)):
-                    raise
-                if stopping is None:
-                    time.sleep(min(delay, left))
-                delay = min(delay * 2, 2.0)
+        def waiting(exc: TryAgainLater, left: float) -> None:
+            log.warning("etcd not reachable yet (%s); retrying for %.0fs more", exc, left)
+
+        return retry_unavailable(self._claim, wait, stopping, waiting)
 
 
 def release(store: Store, node_name: str) -> bool:
