@@ -411,7 +411,10 @@ class PodManager:
         if record.netns != req.netns:
             problems.append(f"netns is {req.netns!r}, ADD wired {record.netns!r}")
         elif not netns_matches(record):
+            # The pod's namespace is gone: its links are going with it (the kernel removes a
+            # dead namespace's veths asynchronously), so there is no live state to compare.
             problems.append(f"{record.netns} is now another network namespace than ADD wired")
+            return problems + _prev_result_problems(req.config.get("prevResult"), record)
         problems += _prev_result_problems(req.config.get("prevResult"), record)
         return problems + self.live_problems(record)
 

@@ -151,7 +151,12 @@ class KernelDataplane:
             index = netlink.ifindex(ipr, host)
             if index is None:
                 return [f"host interface {host} missing"]
-            link = ipr.link("get", index=index)[0]
+            try:
+                link = ipr.link("get", index=index)[0]
+            except NetlinkError as exc:  # removed since the lookup (its namespace is dying)
+                if exc.code == errno.ENODEV:
+                    return [f"host interface {host} missing"]
+                raise
             problems = _link_problems(link, host, owner_tag(pod), pod.mtu or self.mtu)
             if str(link.get_attr("IFLA_ADDRESS")).lower() != wiring.gateway_mac.lower():
                 problems.append(f"host interface {host} MAC differs from the pod's gateway MAC")
