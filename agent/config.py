@@ -71,8 +71,8 @@ class AgentConfig:
     afpacket_version: int = 2
     afpacket_qdisc_bypass: bool = True
     afpacket_frame_size: int = 2048 * 33
-    afpacket_rx_frames: int = 32
-    afpacket_tx_frames: int = 32
+    afpacket_rx_frames: int = 20
+    afpacket_tx_frames: int = 10
     nat_excluded_cidrs: tuple[str, ...] = ()
     nat_table: str = "vswitch-cni"
     vxlan_interface: str = "vxlan-vsw"

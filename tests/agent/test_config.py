@@ -105,7 +105,7 @@ def test_nat_and_afpacket_keys() -> None:
                  "AfPacketVersion": 3, "AfPacketRxFrames": 64}, env={})
     assert (cfg.nat_external_traffic, cfg.nat_excluded_cidrs) == (
         False, ("10.20.0.0/16", "fd00::/8"))
-    assert (cfg.afpacket_version, cfg.afpacket_rx_frames, cfg.afpacket_tx_frames) == (3, 64, 32)
+    assert (cfg.afpacket_version, cfg.afpacket_rx_frames, cfg.afpacket_tx_frames) == (3, 64, 10)
     assert parse({}, env={}).nat_external_traffic is True  # Contiv's default
     for key, value in (("AfPacketVersion", 1), ("AfPacketFrameSize", 2050),
                        ("NatExcludedCIDRs", ["10.0.0.0/33"]), ("AfPacketTxFrames", 0)):

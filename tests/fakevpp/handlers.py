@@ -25,6 +25,7 @@ from tests.fakevpp.state import (
 from tests.fakevpp.tapdev import create_tap_host, delete_tap_host, link_exists
 
 Fields = dict[str, Any]
+AF_PACKET_DEV_TYPE = "af-packet"  # VPP's af_packet device class name, its interface_dev_type
 
 
 class Handlers(L2Handlers):
@@ -205,7 +206,7 @@ class Handlers(L2Handlers):
                              (req.tx_frames_per_block, req.tx_frame_size)):
             if (frames * size) % 4096 or size % 16:
                 raise VppError(E.SYSCALL_ERROR_1)
-        itf = self.s.add_interface(f"host-{name}", "af_packet", mac, host_if_name=name)
+        itf = self.s.add_interface(f"host-{name}", AF_PACKET_DEV_TYPE, mac, host_if_name=name)
         itf.afpacket = {
             "flags": int(req.flags), "rx_frame_size": int(req.rx_frame_size),
             "tx_frame_size": int(req.tx_frame_size),
@@ -216,8 +217,8 @@ class Handlers(L2Handlers):
 
     def af_packet_delete(self, req: Any) -> Fields:
         itf = self.s.by_name(f"host-{req.host_if_name}")
-        if itf is None or itf.dev_type != "af_packet":
-            raise VppError(E.INVALID_INTERFACE)
+        if itf is None or itf.dev_type != AF_PACKET_DEV_TYPE:
+            raise VppError(E.SYSCALL_ERROR_1)  # what af_packet_delete_if answers for a miss
         self.s.delete_interface(itf.sw_if_index)
         return {}
 
@@ -225,7 +226,7 @@ class Handlers(L2Handlers):
         return [
             {"sw_if_index": i.sw_if_index, "host_if_name": i.host_if_name}
             for i in self.s.interfaces.values()
-            if i.dev_type == "af_packet"
+            if i.dev_type == AF_PACKET_DEV_TYPE
         ]
 
     # --- tap v2 ----------------------------------------------------------------------------
@@ -315,6 +316,15 @@ class Handlers(L2Handlers):
             raise VppError(E.INVALID_VALUE)
         self.s.routes[key] = Route(int(route.table_id), route.prefix, paths)
         return {}
+
+    def ip_route_lookup(self, req: Any) -> Fields:
+        # Only the exact lookup (what the agent sends); VPP answers NO_SUCH_ENTRY for a miss.
+        self.s.require_table(req.prefix.version == 6, req.table_id)
+        route = self.s.routes.get(self.s.route_key(req.table_id, req.prefix))
+        if route is None or not req.exact:
+            raise VppError(E.NO_SUCH_ENTRY)
+        return {"route": {"table_id": route.table_id, "prefix": route.prefix,
+                          "n_paths": len(route.paths), "paths": route.paths}}
 
     def _path(self, p: Any, is_ip6: bool) -> Fields:
         if int(p.type) != PATH_DROP and p.sw_if_index != ANY:

@@ -135,6 +135,17 @@ class SocketServer:
         return self.schema.encode("sockclnt_create_reply", fields)
 
 
+def _narrowed_by(name: str, req: Any) -> str:
+    """How a dump request narrows what VPP walks, as a suffix of its recorded name (tests tell
+    a whole-table dump from a filtered one): "[name=...]" or "[sw_if_index=N]"."""
+    if getattr(req, "name_filter_valid", False):
+        return f"[name={req.name_filter}]"
+    index = getattr(req, "sw_if_index", None)
+    if name.endswith("_dump") and index is not None and int(index) != 0xFFFFFFFF:
+        return f"[sw_if_index={int(index)}]"
+    return ""
+
+
 def make_dispatch(
     schema: Schema, handlers: Callable[[], Handlers], failures: dict[str, int],
     lock: threading.Lock, seen: list[str],
@@ -147,7 +158,7 @@ def make_dispatch(
             return []  # a reply or event sent to us: VPP ignores those
         reply_name = service["reply"]
         with lock:
-            seen.append(name)
+            seen.append(name + _narrowed_by(name, req))
             injected = failures.pop(name, None)
             handler = getattr(handlers(), name, None)
             try:

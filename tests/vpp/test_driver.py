@@ -242,3 +242,28 @@ def test_ipv6_pod(fake: FakeVPP, driver_factory: Factory, pod_ns: str) -> None:
     assert dp.check(p, wiring) == []
     dp.detach(p, wiring)
     assert fake.snapshot() == base
+
+
+WHOLE_TABLE_DUMPS = {"sw_interface_dump", "af_packet_dump", "ip_route_dump", "tap_v2_dump"}
+
+
+def test_pod_add_check_del_walk_no_whole_table(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str, pod_ns2: str
+) -> None:
+    """ADD, CHECK and DEL of a pod ask VPP about that pod only (filtered by name, one route
+    lookup per address): their cost must not grow with the pods already on the node."""
+    dp = driver_factory()
+    dp.start()
+    first = pod(pod_ns, "10.1.1.20/32")
+    dp.attach(first, UndoStack())  # another pod already on the node
+    second = pod(pod_ns2, "10.1.1.21/32")
+    mark = len(fake.requests)
+    wiring = dp.attach(second, UndoStack())
+    assert dp.check(second, wiring) == []
+    dp.detach(second, wiring)
+    sent = fake.requests[mark:]
+    assert "ip_route_lookup" in sent and "af_packet_create_v3" in sent, sent
+    assert f"sw_interface_dump[name=host-{wiring.host_ifname}]" in sent, sent
+    assert not WHOLE_TABLE_DUMPS & set(sent), sent
+    assert fake.interface_by_tag(names.pod_tag(second.key)) is None
+    assert fake.interface_by_tag(names.pod_tag(first.key)) is not None

@@ -127,7 +127,7 @@ def test_switching_the_interconnect_to_tap_removes_the_veth_pair(
     assert host is not None and host.dev_type == "virtio"
     assert not netlink.link_exists("vpp2")
     assert fake.interface_by_tag(names.HOST_TAG) is not None
-    assert len([i for i in fake.state.interfaces.values() if i.dev_type == "af_packet"]) == 0
+    assert len([i for i in fake.state.interfaces.values() if i.dev_type == afpacket.DEV_TYPE]) == 0
 
 
 @pytest.mark.parametrize("gateways", [DUAL[:1], DUAL], ids=["ipv4", "dual-stack"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
 
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.model import IPInterface
@@ -28,18 +29,19 @@ class VppInterface:
 
 
 def dump(api: VppApi, sw_if_index: int = ANY) -> list[VppInterface]:
-    return [
-        VppInterface(
-            sw_if_index=int(d.sw_if_index),
-            name=d.interface_name,
-            dev_type=d.interface_dev_type,
-            tag=d.tag,
-            mac=str(d.l2_address),
-            admin_up=bool(int(d.flags) & ADMIN_UP),
-            mtu=int(d.mtu[0]),
-        )
-        for d in api.dump("sw_interface_dump", sw_if_index=sw_if_index)
-    ]
+    return [_interface(d) for d in api.dump("sw_interface_dump", sw_if_index=sw_if_index)]
+
+
+def _interface(d: Any) -> VppInterface:
+    return VppInterface(
+        sw_if_index=int(d.sw_if_index),
+        name=d.interface_name,
+        dev_type=d.interface_dev_type,
+        tag=d.tag,
+        mac=str(d.l2_address),
+        admin_up=bool(int(d.flags) & ADMIN_UP),
+        mtu=int(d.mtu[0]),
+    )
 
 
 def get(api: VppApi, sw_if_index: int) -> VppInterface | None:
@@ -52,12 +54,10 @@ def by_tag(api: VppApi, tag: str) -> list[VppInterface]:
 
 
 def by_name(api: VppApi, name: str) -> VppInterface | None:
+    """One request that VPP filters by name: its cost does not grow with the node's pods."""
     # VPP's name filter matches substrings, so the exact comparison is ours.
     found = api.dump("sw_interface_dump", name_filter_valid=True, name_filter=name)
-    for d in found:
-        if d.interface_name == name:
-            return get(api, int(d.sw_if_index))
-    return None
+    return next((_interface(d) for d in found if d.interface_name == name), None)
 
 
 def set_tag(api: VppApi, sw_if_index: int, tag: str) -> None:

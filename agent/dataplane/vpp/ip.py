@@ -108,17 +108,33 @@ class VppRoute:
 
 
 def routes(api: VppApi, table_id: int, ipv6: bool) -> dict[IPNetwork, VppRoute]:
+    """Every route of a table (a dump: its cost grows with the table; not for a pod's path)."""
     out: dict[IPNetwork, VppRoute] = {}
     for d in api.dump("ip_route_dump", table={"table_id": table_id, "is_ip6": ipv6}):
-        r = d.route
-        out[r.prefix] = VppRoute(
-            int(r.table_id), r.prefix,
-            tuple(int(p.sw_if_index) for p in r.paths),
-            tuple(int(p.type) for p in r.paths),
-            tuple(int(p.table_id) for p in r.paths),
-            tuple(str(_next_hop(p, r.prefix.version)) for p in r.paths),
-        )
+        out[d.route.prefix] = _route(d.route)
     return out
+
+
+def route(api: VppApi, table_id: int, prefix: IPNetwork) -> VppRoute | None:
+    """The route of exactly `prefix` in the table, or None: one request, whatever the table's
+    size (ADD, DEL and CHECK of a pod on a node with hundreds of pods)."""
+    try:
+        reply = api.call("ip_route_lookup", table_id=table_id, exact=1, prefix=prefix)
+    except VppCallFailed as exc:
+        if exc.retval == NO_SUCH_ENTRY:
+            return None
+        raise
+    return _route(reply.route)
+
+
+def _route(r: Any) -> VppRoute:
+    return VppRoute(
+        int(r.table_id), r.prefix,
+        tuple(int(p.sw_if_index) for p in r.paths),
+        tuple(int(p.type) for p in r.paths),
+        tuple(int(p.table_id) for p in r.paths),
+        tuple(str(_next_hop(p, r.prefix.version)) for p in r.paths),
+    )
 
 
 def _next_hop(path: Any, version: int) -> IPAddress:

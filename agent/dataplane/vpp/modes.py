@@ -39,8 +39,14 @@ class WiringMode(Protocol):
         link did not survive (TAPs die with VPP) and the pod must be wired from scratch."""
         ...
 
+    def vpp_name(self, pod: PodNetwork) -> str | None:
+        """The name VPP gives the pod's interface, when the pod alone decides it (then the
+        driver finds the interface with one filtered request instead of a dump of all)."""
+        ...
+
     def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
-        """Removes VPP's interface (when given) and the link; missing parts are fine."""
+        """Removes VPP's interface and the link; missing parts are fine. `sw_if_index` is the
+        pod's VPP interface, or None when the driver looked and VPP has none."""
 
     def remove_local(self, pod: PodNetwork) -> None:
         """Removes only what lives outside VPP (when VPP cannot be reached)."""

@@ -67,6 +67,9 @@ class TapV2:
         """A TAP's kernel end dies with the VPP that opened it: nothing to adopt."""
         return None
 
+    def vpp_name(self, pod: PodNetwork) -> str | None:
+        return None  # VPP numbers its TAPs: found by their tag
+
     def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         # VPP removes the Linux end (in the pod namespace) together with the TAP.
         if sw_if_index is not None and sw_if_index in tap.dump(self.api):

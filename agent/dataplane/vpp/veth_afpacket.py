@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from agent import ethtool, netlink
 from agent.dataplane import UndoStack
-from agent.dataplane.vpp import afpacket, names
+from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.interfaces import set_tag
 from agent.dataplane.vpp.modes import Port
@@ -71,10 +71,14 @@ class VethAfPacket:
         if host in afpacket.dump(self.api):
             afpacket.delete(self.api, host)
 
+    def vpp_name(self, pod: PodNetwork) -> str | None:
+        return afpacket.vpp_name(names.veth_host_ifname(pod.key))
+
     def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         host = names.veth_host_ifname(pod.key)
         try:
-            self._delete_afpacket(host)
+            if sw_if_index is not None:  # no dump of every AF_PACKET interface: named above
+                afpacket.delete(self.api, host)
         finally:
             # The kernel half goes even when VPP is unreachable: a leftover VPP interface is
             # found by its tag later, a leftover veth would block the next ADD's names.
@@ -88,6 +92,7 @@ class VethAfPacket:
         out = []
         if not netlink.link_exists(host):
             out.append(f"veth host end {host} is missing")
-        if afpacket.dump(self.api).get(host) != sw_if_index:
+        itf = interfaces.by_name(self.api, afpacket.vpp_name(host))
+        if itf is None or itf.dev_type != afpacket.DEV_TYPE or itf.sw_if_index != sw_if_index:
             out.append(f"VPP has no AF_PACKET interface on {host} as sw_if_index {sw_if_index}")
         return out
