@@ -28,7 +28,7 @@ VERBS = ("ADD", "CHECK", "DEL")
 RUNTIMES = 16
 
 
-def _quiet_delete(net: CniNetwork, pod: Pod) -> None:
+def quiet_delete(net: CniNetwork, pod: Pod) -> None:
     # best effort on the way out; the namespace goes anyway
     with contextlib.suppress(Exception):
         net.delete(pod)
@@ -47,7 +47,7 @@ def sequential(nets: Sequence[CniNetwork], namespaces: Namespaces, runs: int,
                 check = net.check(pod)
                 delete = net.delete(pod)
             except BaseException:
-                _quiet_delete(net, pod)
+                quiet_delete(net, pod)
                 raise
             finally:
                 namespaces.remove(pod.netns)
@@ -109,7 +109,7 @@ def throughput(net: CniNetwork, namespaces: Namespaces, count: int,
     except BaseException:
         if not added:
             for pod in pods:
-                _quiet_delete(net, pod)
+                quiet_delete(net, pod)
         raise
     finally:
         for pod in pods:
@@ -128,6 +128,6 @@ def add_pods(net: CniNetwork, namespaces: Namespaces, count: int) -> list[Pod]:
 
 def delete_pods(net: CniNetwork, namespaces: Namespaces, pods: Sequence[Pod]) -> None:
     with ThreadPoolExecutor(max_workers=RUNTIMES) as pool:
-        list(pool.map(lambda pod: _quiet_delete(net, pod), pods))
+        list(pool.map(lambda pod: quiet_delete(net, pod), pods))
     for pod in pods:
         namespaces.remove(pod.netns)
