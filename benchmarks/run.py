@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
+from agent.dataplane.vpp.afpacket import RingOptions
 from benchmarks import (
     agent_metrics,
     cni_bench,
@@ -35,6 +36,7 @@ from benchmarks import (
     nodeid,
     plugin_exec,
     restart,
+    scale_add,
     traffic,
 )
 from benchmarks.harness import (
@@ -72,14 +74,16 @@ class Counts:
     races: int
     ipam_runs: int
     churn_operations: int
+    scale_live: int  # pods up before the "full node" ADDs are measured
+    scale_measured: int
 
 
 FULL = Counts(latency_runs=100, warmup=3, throughput_pods=200, throughput_runs=3, exec_runs=200,
               restart_pods=250, restarts=5, race_agents=500, race_processes=4, races=3,
-              ipam_runs=10, churn_operations=100_000)
+              ipam_runs=10, churn_operations=100_000, scale_live=100, scale_measured=30)
 QUICK = Counts(latency_runs=5, warmup=1, throughput_pods=8, throughput_runs=1, exec_runs=10,
                restart_pods=20, restarts=2, race_agents=20, race_processes=2, races=1,
-               ipam_runs=2, churn_operations=10_000)
+               ipam_runs=2, churn_operations=10_000, scale_live=4, scale_measured=2)
 
 
 def log(message: str) -> None:
@@ -120,6 +124,9 @@ def _agent_sections(res: Results, counts: Counts, tmp: Path, stack: ExitStack,
                 assert etcd_proc is not None
                 servers = {"agent": agent.process.pid, "etcd": etcd_proc.pid}
                 _latency_and_throughput(res, counts, agent, ours, ref, namespaces, servers)
+                log(f"full node: ADD/DEL with {counts.scale_live}+ live pods, kernel dataplane")
+                res.scale["kernel"] = scale_add.run(ours, namespaces, counts.scale_live,
+                                                    counts.scale_measured)
         finally:
             remove_agent_links(config)
 
@@ -133,6 +140,10 @@ def _agent_sections(res: Results, counts: Counts, tmp: Path, stack: ExitStack,
                     vpp = ours_network(driver, bin_dir, tmp, host_ns, agent, "vswitch-cni-vpp")
                     res.vpp = cni_bench.sequential([vpp], namespaces, counts.latency_runs,
                                                    counts.warmup)["vswitch-cni-vpp"]
+                    log(f"full node: ADD/DEL with {counts.scale_live}+ live pods, VPP")
+                    res.scale["vpp"] = scale_add.run(vpp, namespaces, counts.scale_live,
+                                                     counts.scale_measured, socket)
+                    res.vpp_ring_mib = RingOptions().kernel_bytes / 2**20
             finally:
                 remove_agent_links(vpp_config)
         else:

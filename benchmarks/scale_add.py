@@ -12,6 +12,7 @@ Run by benchmarks.run for the kernel dataplane and, when VPP is reachable, for V
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,9 @@ class AtScale:
     add: Summary  # ms, ADDs with >= live pods up
     delete: Summary  # ms, DELs with >= live pods still up
     memory_mib_per_pod: float  # MemAvailable drop per pod over the whole fill
+    # VPP only: the packet-socket rings VPP has mapped with the node full, per interface
+    ring_mib_per_interface: float | None = None
+    interfaces: int = 0
 
 
 def mem_available_kib() -> int:
@@ -35,8 +39,42 @@ def mem_available_kib() -> int:
     raise RuntimeError("/proc/meminfo has no MemAvailable")
 
 
-def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int) -> AtScale:
-    """Fills the node to `live` pods, then measures `measured` more ADDs and as many DELs."""
+def server_pid(unix_socket: str) -> int | None:
+    """The process listening on the unix socket at `unix_socket` (VPP's API socket)."""
+    inodes = set()
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7] == unix_socket:
+            inodes.add(f"socket:[{fields[6]}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def socket_mappings_kib(pid: int) -> list[int]:
+    """Sizes of the process's shared mappings of sockets: for VPP, its AF_PACKET rings (the
+    kernel's ring memory, mapped whole into VPP), one per interface."""
+    sizes: list[int] = []
+    mapping_is_socket = False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+            mapping_is_socket = head[-1].startswith("socket:[") and head[1].endswith("s")
+        elif mapping_is_socket and line.startswith("Size:"):
+            sizes.append(int(head[1]))
+    return sizes
+
+
+def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int,
+        vpp_socket: str = "") -> AtScale:
+    """Fills the node to `live` pods, then measures `measured` more ADDs and as many DELs.
+    `vpp_socket`: VPP's API socket, to read its ring mappings with the node full."""
     pods: list[Pod] = []
     adds: list[float] = []
     deletes: list[float] = []
@@ -49,6 +87,8 @@ def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int) -> At
             if i >= live:
                 adds.append(ms)
         drop_mib = (before - mem_available_kib()) / 1024
+        pid = server_pid(vpp_socket) if vpp_socket else None
+        rings = socket_mappings_kib(pid) if pid else []
         while pods:
             pod = pods.pop()
             ms = net.delete(pod)
@@ -60,14 +100,14 @@ def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int) -> At
             quiet_delete(net, pod)
             namespaces.remove(pod.netns)
     return AtScale(live, Summary.of(adds, "ms"), Summary.of(deletes, "ms"),
-                   drop_mib / (live + measured))
+                   drop_mib / (live + measured),
+                   sum(rings) / len(rings) / 1024 if rings else None, len(rings))
 
 
 def main() -> None:
     """Alone: python3 -m benchmarks.scale_add [--live N] [--measured M] (VPP too when
     VSWITCH_TEST_VPP_SOCKET names a running VPP's API socket)."""
     import argparse
-    import os
     import shutil
     import tempfile
     from contextlib import ExitStack
@@ -105,12 +145,14 @@ def main() -> None:
             try:
                 with agent_running(tmp, config, f"scale-{name}") as agent:
                     net = ours_network(driver, bin_dir, tmp, host_ns, agent, f"scale-{name}")
-                    res = run(net, namespaces, args.live, args.measured)
+                    res = run(net, namespaces, args.live, args.measured,
+                              socket if name == "vpp" else "")
             finally:
                 remove_agent_links(config)
             print(f"{name}: ADD at >= {res.live} live pods: median {res.add.median:.1f} ms "
                   f"(p99 {res.add.p99:.1f}, n={res.add.n}); DEL median {res.delete.median:.1f} ms;"
-                  f" MemAvailable drop {res.memory_mib_per_pod:.2f} MiB/pod")
+                  f" MemAvailable drop {res.memory_mib_per_pod:.2f} MiB/pod; VPP rings per "
+                  f"interface {res.ring_mib_per_interface} MiB ({res.interfaces} interfaces)")
 
 
 if __name__ == "__main__":
