@@ -164,6 +164,17 @@ class Reader:
             raise
         return next((_link(m, o) for t, m, o in found if t == RTM_NEWLINK), None)
 
+    def route_to(self, address: IPAddress) -> Route | None:
+        """The route the kernel picks for traffic to `address` (`ip route get`); OSError
+        (ENETUNREACH, EACCES, ...) when there is none."""
+        family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+        raw = address.packed
+        attr = _ATTR.pack(4 + len(raw), RTA_DST) + raw
+        body = _RTMSG.pack(family, address.max_prefixlen, 0, 0, 0, 0, 0, 0, 0) + attr
+        found, _ = self._request(RTM_GETROUTE, 0, body)
+        routes = [_route(m, o) for t, m, o in found if t == RTM_NEWROUTE]
+        return routes[0] if routes else None
+
     def links(self) -> list[Link]:
         return [_link(m, o) for t, m, o in self._dump(RTM_GETLINK, _IFINFO.pack(0, 0, 0, 0, 0))
                 if t == RTM_NEWLINK]
@@ -189,21 +200,22 @@ class Reader:
         return out
 
     def routes(self, family: int) -> list[Route]:
-        out = []
-        for t, m, o in self._dump(RTM_GETROUTE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)):
-            _, dst_len, _, _, table, _, _, kind, _ = _RTMSG.unpack_from(m, o)
-            attrs = _attrs(m, o + _RTMSG.size, len(m))
-            if t == RTM_NEWROUTE:
-                out.append(Route(
-                    table=_u32(attrs.get(RTA_TABLE)) or table,
-                    dst_len=dst_len,
-                    dst=_ip(attrs.get(RTA_DST)),
-                    gateway=_ip(attrs.get(RTA_GATEWAY)),
-                    oif=_u32(attrs.get(RTA_OIF)),
-                    priority=_u32(attrs.get(RTA_PRIORITY)) or 0,
-                    kind=kind,
-                ))
-        return out
+        body = _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
+        return [_route(m, o) for t, m, o in self._dump(RTM_GETROUTE, body) if t == RTM_NEWROUTE]
+
+
+def _route(message: bytes, offset: int) -> Route:
+    _, dst_len, _, _, table, _, _, kind, _ = _RTMSG.unpack_from(message, offset)
+    attrs = _attrs(message, offset + _RTMSG.size, len(message))
+    return Route(
+        table=_u32(attrs.get(RTA_TABLE)) or table,
+        dst_len=dst_len,
+        dst=_ip(attrs.get(RTA_DST)),
+        gateway=_ip(attrs.get(RTA_GATEWAY)),
+        oif=_u32(attrs.get(RTA_OIF)),
+        priority=_u32(attrs.get(RTA_PRIORITY)) or 0,
+        kind=kind,
+    )
 
 
 def _link(message: bytes, offset: int) -> Link:
