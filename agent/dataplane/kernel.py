@@ -198,11 +198,13 @@ class KernelDataplane:
         netlink.delete_link(name)
 
     def owned(self) -> dict[str, str]:
-        return {
-            name: tag
-            for name, tag in netlink.links_with_alias_prefix(OWNER_PREFIX).items()
-            if name.startswith(self.host_prefix)
-        }
+        with _host_reader() as nl, netlink.translated("listing links"):
+            return {
+                link.name: link.alias
+                for link in nl.links()
+                if link.alias and link.alias.startswith(OWNER_PREFIX)
+                and link.name.startswith(self.host_prefix)
+            }
 
 
 def _route_deleter(dst: str, index: int) -> Callable[[], None]:
