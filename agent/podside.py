@@ -27,6 +27,7 @@ from agent.netlink import add_address, ifindex, netns_socket, pod_ns, translated
 
 NUD_PERMANENT = 0x80
 SCOPE_LINK = 253
+MAIN_TABLE = 254
 IFF_UP = 0x1
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
@@ -132,14 +133,14 @@ def _problems(
         yield f"interface {name} has MTU {link.mtu}, expected {pod.mtu}"
     if pod_mac and link.mac.lower() != pod_mac.lower():
         yield f"interface {name} has MAC {link.mac}, expected {pod_mac}"
-    have = {a.interface for a in nl.addresses() if a.index == link.index}
+    have = {(a.address, a.prefixlen) for a in nl.addresses() if a.index == link.index}
     for iface in pod.addresses:
-        if iface not in have:
+        if (iface.ip, iface.network.prefixlen) not in have:
             yield f"address {iface} missing on {name}"
     if not pod.gateways:
         return
     neighbors = [n for n in nl.neighbors(socket.AF_UNSPEC) if n.index == link.index]
-    routes = [r for r in nl.routes(socket.AF_UNSPEC) if r.oif == link.index and r.table == 254]
+    routes = [r for r in nl.routes(socket.AF_UNSPEC, MAIN_TABLE) if r.oif == link.index]
     for gateway in pod.gateways:
         yield from _gateway_problems(neighbors, routes, name, gateway, gateway_mac)
 

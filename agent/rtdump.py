@@ -33,6 +33,7 @@ IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_OPERSTATE, IFLA_IFALIAS = 1, 3, 4, 16,
 IFA_ADDRESS = 1
 NDA_DST, NDA_LLADDR = 1, 2
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_TABLE = 1, 4, 5, 6, 15
+RT_TABLE_COMPAT = 252
 OPERSTATES = ("UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP")
 _HDR = struct.Struct("=IHHII")  # nlmsghdr
 _ATTR = struct.Struct("=HH")  # rtattr
@@ -60,7 +61,8 @@ class Link:
 @dataclass(frozen=True)
 class Address:
     index: int
-    interface: ipaddress.IPv4Interface | ipaddress.IPv6Interface
+    address: IPAddress
+    prefixlen: int
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,7 @@ class Reader:
             _, plen, _, _, index = _IFADDR.unpack_from(m, o)
             ip = _ip(_attrs(m, o + _IFADDR.size, len(m)).get(IFA_ADDRESS))
             if t == RTM_NEWADDR and ip is not None:
-                out.append(Address(index, ipaddress.ip_interface(f"{ip}/{plen}")))
+                out.append(Address(index, ip, plen))
         return out
 
     def neighbors(self, family: int) -> list[Neighbor]:
@@ -199,9 +201,17 @@ class Reader:
                                     None if lladdr is None else _mac(lladdr), state))
         return out
 
-    def routes(self, family: int) -> list[Route]:
+    def routes(self, family: int, table: int | None = None) -> list[Route]:
+        """Every route of `family` (0: all), or those of routing table `table` only."""
         body = _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
-        return [_route(m, o) for t, m, o in self._dump(RTM_GETROUTE, body) if t == RTM_NEWROUTE]
+        found = [
+            _route(m, o)
+            for t, m, o in self._dump(RTM_GETROUTE, body)
+            # rtm_table is the table unless the ID needs more than 8 bits (then RTA_TABLE):
+            # others are skipped before their attributes are read
+            if t == RTM_NEWROUTE and (table is None or m[o + 4] in (table, RT_TABLE_COMPAT))
+        ]
+        return found if table is None else [r for r in found if r.table == table]
 
 
 def _route(message: bytes, offset: int) -> Route:
