@@ -43,7 +43,7 @@ class KnownRecords:
         with self._lock:
             self._records = dict(kept)
         for record in kept.values():
-            self._write(record)
+            self._write(record, unless_same=True)
         for key in {r.key for r in self.on_disk()} - set(kept):
             self._unlink(key)
 
@@ -81,13 +81,19 @@ class KnownRecords:
         assert self.directory is not None
         return self.directory / f"{key.digest(32)}.json"
 
-    def _write(self, record: PodRecord) -> None:
+    def _write(self, record: PodRecord, unless_same: bool = False) -> None:
+        """Mirrors `record`; with `unless_same`, a copy already holding exactly this text is
+        left alone (after a restart nearly every copy is current: reading is far cheaper than
+        writing and renaming one file per live pod)."""
         if self.directory is None:
             return
         path = self._path(record.key)
         tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+        text = json.dumps(record.to_json_dict())
         try:
-            tmp.write_text(json.dumps(record.to_json_dict()))
+            if unless_same and _text_of(path) == text:
+                return
+            tmp.write_text(text)
             os.replace(tmp, path)
         except OSError as exc:  # the copy is a safety net: the request goes on without it
             log.error("cannot mirror the record of %s in %s: %s", record.key, path, exc)
@@ -96,3 +102,10 @@ class KnownRecords:
         if self.directory is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(key))
+
+
+def _text_of(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, ValueError):  # missing or unreadable (UnicodeDecodeError): write it anew
+        return None

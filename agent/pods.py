@@ -27,7 +27,7 @@ import copy
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -316,6 +316,24 @@ class PodManager:
         return self.dataplane.check(pod, wiring) + self.pod_side.check(
             pod, wiring.gateway_mac, wiring.pod_mac
         )
+
+    def live_problems_many(self, records: Sequence[PodRecord]) -> list[list[str] | CniError]:
+        """`live_problems` of each record, in order, the error in place of a pod whose check
+        failed; the dataplane reads its tables once for all (reconcile: linear in the pods)."""
+        items = [(r.network(), Wiring(**r.wiring)) for r in records]
+        try:
+            host: list[list[str] | None] = list(self.dataplane.check_many(items))
+        except CniError:  # one pod's failure must not hide the others: each on its own
+            host = [None] * len(items)
+        out: list[list[str] | CniError] = []
+        for (pod, wiring), problems in zip(items, host, strict=True):
+            try:
+                if problems is None:
+                    problems = self.dataplane.check(pod, wiring)
+                out.append(problems + self.pod_side.check(pod, wiring.gateway_mac, wiring.pod_mac))
+            except CniError as exc:
+                out.append(exc)
+        return out
 
     # ---- repair (reconcile, and after the vswitch restarted) --------------------------------
 

@@ -103,7 +103,6 @@ def reconcile(pods: PodManager) -> ReconcileReport:
         report.errors.append(f"records hold addresses outside this node's subnets: {foreign}")
     live_tags: set[str] = set()
     survivors = []
-    broken = []
     for record in records:
         name = str(record.key)
         if pods.journal is not None and record.key in pods.journal:
@@ -119,10 +118,14 @@ def reconcile(pods: PodManager) -> ReconcileReport:
                 report.live += 1
                 survivors.append(record)
                 live_tags.add(pods.dataplane.tag(record.key))
-                if pods.live_problems(record):
-                    broken.append(record)
         except CniError as exc:
             report.errors.append(f"{name}: {exc}")
+    broken = []
+    for record, problems in zip(survivors, pods.live_problems_many(survivors), strict=True):
+        if isinstance(problems, CniError):
+            report.errors.append(f"{record.key}: {problems}")
+        elif problems:
+            broken.append(record)
     try:
         owned = pods.dataplane.owned()
     except CniError as exc:

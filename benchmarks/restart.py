@@ -8,13 +8,22 @@ the same node coming back:
    /v1/reconcile report (`seconds`, `live` must be P) and VmRSS.
 4. DEL every pod, stop the agent.
 For the memory floor, VmRSS of a bare interpreter that only imports the agent's modules.
+
+Alone (figure 4 only, e.g. while working on reconcile; needs root):
+
+    python3 -m benchmarks.restart [--pods P] [--restarts R] [--profile]
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import pstats
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,12 +38,18 @@ from benchmarks.harness import (
     CniNetwork,
     Namespaces,
     Pod,
+    PodSubnets,
+    bench_agent_config,
     launch_agent,
+    ours_network,
+    plugin_bin_dir,
     remove_agent_links,
     vm_rss_bytes,
     wait_ready,
 )
 from tests.helpers.agent import AgentHandle
+from tests.helpers.etcd import EtcdServer
+from tests.libcni import DEFAULT_BUILD_DIR, build_driver
 
 IMPORT_ONLY = (
     "import agent.app, agent.dataplane.kernel, agent.main\n"
@@ -132,7 +147,8 @@ def import_rss() -> int:
 
 
 def run(tmp: Path, config: dict[str, Any], network: Callable[[AgentHandle], CniNetwork],
-        namespaces: Namespaces, pods: int, restarts: int) -> RestartFigures:
+        namespaces: Namespaces, pods: int, restarts: int, profile: bool = True
+        ) -> RestartFigures:
     out = RestartFigures(pods=pods, import_rss=import_rss())
     agent: AgentHandle | None = None
     added: list[Pod] = []
@@ -161,9 +177,10 @@ def run(tmp: Path, config: dict[str, Any], network: Callable[[AgentHandle], CniN
             out.reconcile_loaded_s.append(float(report["seconds"]))
             out.rss_loaded.append(vm_rss_bytes(agent.process.pid))
             out.reports.append(report)
-        agent.stop()
-        agent = None
-        agent, out.profiled_reconcile_s, out.profile = _profiled_restart(tmp, config)
+        if profile:
+            agent.stop()
+            agent = None
+            agent, out.profiled_reconcile_s, out.profile = _profiled_restart(tmp, config)
         delete_pods(net, namespaces, added)
         added = []
         return out
@@ -173,3 +190,47 @@ def run(tmp: Path, config: dict[str, Any], network: Callable[[AgentHandle], CniN
         if agent is not None:
             agent.stop()
         remove_agent_links(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Figure 4 on its own: one etcd, one agent, P pods, R restarts; prints the medians."""
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.restart",
+                                     description="agent restart with live pods (figure 4 only)")
+    parser.add_argument("--pods", type=int, default=250, help="live pods (default 250)")
+    parser.add_argument("--restarts", type=int, default=3, help="timed restarts (default 3)")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more restart under cProfile; print the heaviest functions")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        parser.error("needs root: it creates network namespaces and links")
+    tmp = Path(tempfile.mkdtemp(prefix=f"vcni-restart-{os.getpid()}-"))
+    namespaces = Namespaces()
+    try:
+        with EtcdServer() as etcd:
+            driver = build_driver(DEFAULT_BUILD_DIR)
+            bin_dir = plugin_bin_dir(tmp)
+            host_ns = namespaces.create()
+            config = bench_agent_config(tmp, etcd.endpoints, PodSubnets().take())
+
+            def network(agent: AgentHandle) -> CniNetwork:
+                return ours_network(driver, bin_dir, tmp, host_ns, agent, "vswitch-cni-restart")
+
+            res = run(tmp, config, network, namespaces, args.pods, args.restarts, args.profile)
+    finally:
+        namespaces.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    seconds = res.reconcile_loaded_s
+    print(f"reconcile, {args.pods} pods: median {statistics.median(seconds):.3f} s "
+          f"(min {min(seconds):.3f}, max {max(seconds):.3f}, n {len(seconds)})")
+    ready = statistics.median(res.startup_loaded_s)
+    print(f"exec to ready, {args.pods} pods: median {ready:.3f} s")
+    print(f"reconcile, 0 pods: median {statistics.median(res.reconcile_empty_s):.3f} s")
+    if args.profile:
+        print(f"profiled reconcile: {res.profiled_reconcile_s:.3f} s")
+        for name, calls, cumulative in res.profile:
+            print(f"  {cumulative:8.3f} s {calls:7d}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,7 +9,7 @@ is given, so a later failure in the ADD removes it again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from agent.model import PodKey, PodNetwork, Wiring
@@ -59,6 +59,11 @@ class Dataplane(Protocol):
 
     def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
         """Compares the live host side with the record; returns what is wrong (empty = fine)."""
+        ...
+
+    def check_many(self, pods: Sequence[tuple[PodNetwork, Wiring]]) -> list[list[str]]:
+        """`check` of every pod given, in order, with the same answers, reading the vswitch's
+        tables once for all of them (reconcile after a restart)."""
         ...
 
     def tag(self, key: PodKey) -> str:

@@ -19,13 +19,15 @@ attach/detach for different pods run in parallel. `start` is serialized by a loc
 from __future__ import annotations
 
 import errno
+import socket
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from pyroute2 import IPRoute, NetlinkError
+from pyroute2.netlink import NETLINK_ROUTE
 
-from agent import netlink
+from agent import netlink, rtdump
 from agent.dataplane import UndoStack
 from agent.errors import InvalidConfig
 from agent.model import IPInterface, PodKey, PodNetwork, Wiring
@@ -147,30 +149,38 @@ class KernelDataplane:
 
     def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
         host = wiring.host_ifname
-        with netlink.host_ns() as ipr, netlink.translated(f"checking {host}"):
-            index = netlink.ifindex(ipr, host)
-            if index is None:
-                return [f"host interface {host} missing"]
+        with _host_reader() as nl, netlink.translated(f"checking {host}"):
+            return self._problems(nl, pod, wiring, nl.link(host))
+
+    def check_many(self, pods: Sequence[tuple[PodNetwork, Wiring]]) -> list[list[str]]:
+        """`check` of many pods on one socket: one dump of the host's links instead of a
+        lookup per pod, then the same comparisons (reconcile after a restart)."""
+        with _host_reader() as nl, netlink.translated("checking the pods' host interfaces"):
+            links = {link.name: link for link in nl.links()}
+            return [
+                self._problems(nl, pod, wiring, links.get(wiring.host_ifname))
+                for pod, wiring in pods
+            ]
+
+    def _problems(
+        self, nl: rtdump.Reader, pod: PodNetwork, wiring: Wiring, link: rtdump.Link | None
+    ) -> list[str]:
+        host = wiring.host_ifname
+        if link is None:
+            return [f"host interface {host} missing"]
+        problems = _link_problems(link, host, owner_tag(pod), pod.mtu or self.mtu)
+        if link.mac.lower() != wiring.gateway_mac.lower():
+            problems.append(f"host interface {host} MAC differs from the pod's gateway MAC")
+        # One kernel route lookup per address (a dump of the routing table per pod made
+        # reconcile quadratic in the node's pod count): traffic to the pod must leave
+        # through its host end.
+        for iface in pod.addresses:
             try:
-                link = ipr.link("get", index=index)[0]
-            except NetlinkError as exc:  # removed since the lookup (its namespace is dying)
-                if exc.code == errno.ENODEV:
-                    return [f"host interface {host} missing"]
-                raise
-            problems = _link_problems(link, host, owner_tag(pod), pod.mtu or self.mtu)
-            if str(link.get_attr("IFLA_ADDRESS")).lower() != wiring.gateway_mac.lower():
-                problems.append(f"host interface {host} MAC differs from the pod's gateway MAC")
-            # One kernel route lookup per address (a dump of the routing table per pod made
-            # reconcile quadratic in the node's pod count): traffic to the pod must leave
-            # through its host end.
-            for iface in pod.addresses:
-                dst = f"{iface.ip}/{iface.max_prefixlen}"
-                try:
-                    found = ipr.route("get", dst=str(iface.ip))
-                except NetlinkError:
-                    found = []
-                if not found or found[0].get_attr("RTA_OIF") != index:
-                    problems.append(f"route {dst} via {host} missing")
+                found = nl.route_to(iface.ip)
+            except OSError:  # no route at all (unreachable, prohibited)
+                found = None
+            if found is None or found.oif != link.index:
+                problems.append(f"route {iface.ip}/{iface.max_prefixlen} via {host} missing")
         return problems
 
     def restore(self, pod: PodNetwork, wiring: Wiring) -> Wiring | None:
@@ -188,11 +198,13 @@ class KernelDataplane:
         netlink.delete_link(name)
 
     def owned(self) -> dict[str, str]:
-        return {
-            name: tag
-            for name, tag in netlink.links_with_alias_prefix(OWNER_PREFIX).items()
-            if name.startswith(self.host_prefix)
-        }
+        with _host_reader() as nl, netlink.translated("listing links"):
+            return {
+                link.name: link.alias
+                for link in nl.links()
+                if link.alias and link.alias.startswith(OWNER_PREFIX)
+                and link.name.startswith(self.host_prefix)
+            }
 
 
 def _route_deleter(dst: str, index: int) -> Callable[[], None]:
@@ -207,13 +219,21 @@ def _route_deleter(dst: str, index: int) -> Callable[[], None]:
     return undo
 
 
-def _link_problems(link: Any, host: str, tag: str, mtu: int) -> list[str]:
+@contextmanager
+def _host_reader() -> Iterator[rtdump.Reader]:
+    """A netlink reader in the calling thread's namespace (the node's)."""
+    with netlink.translated("netlink socket"):
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
+    with sock:
+        yield rtdump.Reader(sock)
+
+
+def _link_problems(link: rtdump.Link, host: str, tag: str, mtu: int) -> list[str]:
     problems: list[str] = []
-    attr = link.get_attr
-    if attr("IFLA_IFALIAS") != tag:
-        problems.append(f"host interface {host} owner tag is {attr('IFLA_IFALIAS')!r}, not {tag!r}")
-    if attr("IFLA_OPERSTATE") != "UP":
-        problems.append(f"host interface {host} is {attr('IFLA_OPERSTATE')}, not UP")
-    if attr("IFLA_MTU") != mtu:
-        problems.append(f"host interface {host} has MTU {attr('IFLA_MTU')}, expected {mtu}")
+    if link.alias != tag:
+        problems.append(f"host interface {host} owner tag is {link.alias!r}, not {tag!r}")
+    if link.operstate != "UP":
+        problems.append(f"host interface {host} is {link.operstate}, not UP")
+    if link.mtu != mtu:
+        problems.append(f"host interface {host} has MTU {link.mtu}, expected {mtu}")
     return problems

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+from collections.abc import Sequence
 
 from agent import netlink
 from agent.dataplane import UndoStack
@@ -230,6 +231,11 @@ class VppDataplane:
         problems += self._interface_problems(pod, wiring, itf, objs.gateway_sw_if_index)
         problems += self._route_problems(pod, itf.sw_if_index, wiring.pod_mac)
         return problems
+
+    def check_many(self, pods: Sequence[tuple[PodNetwork, Wiring]]) -> list[list[str]]:
+        """`check` pod by pod: each asks VPP about its own pod only (name filter, exact route
+        lookup), so a batch would save no dump here."""
+        return [self.check(pod, wiring) for pod, wiring in pods]
 
     def _interface_problems(
         self, pod: PodNetwork, wiring: Wiring, itf: interfaces.VppInterface, gateway: int
