@@ -165,6 +165,12 @@ def _check_netns(fd: int, netns_path: str) -> None:
         raise InvalidEnvironment(f"CNI_NETNS {netns_path} is a namespace, but not a network one")
 
 
+def enter_netns(fd: int) -> None:
+    """Moves the calling thread into the network namespace `fd` (for a thread of our own that
+    must work where another one does; see agent/dataplane/reaper)."""
+    _setns(fd)
+
+
 def _setns(fd: int) -> None:
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         code = ctypes.get_errno()
@@ -278,7 +284,7 @@ def create_veth(
     with netns_fd(pod_netns) as fd, host_ns() as ipr:
         peer["net_ns_fd"] = fd
         try:
-            ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, peer=peer)
+            _add_veth(ipr, host_ifname, mtu, peer)
         except NetlinkError as exc:
             raise _veth_add_error(exc, host_ifname, pod_netns, pod_ifname) from exc
         try:
@@ -286,6 +292,18 @@ def create_veth(
         except BaseException:
             delete_link(host_ifname)
             raise
+
+
+def _add_veth(ipr: IPRoute, host_ifname: str, mtu: int, peer: dict[str, object]) -> None:
+    """Adds the pair; a host end of that name left by an interrupted attempt of the same
+    attachment (the name derives from its key) is deleted first. Checking for it only when
+    the add fails keeps a lookup off every ADD."""
+    try:
+        ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, peer=peer)
+    except NetlinkError as exc:
+        if exc.code != errno.EEXIST or not delete_link(host_ifname):
+            raise
+        ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, peer=peer)
 
 
 def _check_ifname(ifname: str) -> None:
@@ -342,6 +360,19 @@ def delete_link(ifname: str) -> bool:
     with host_ns() as ipr, translated(f"deleting link {ifname}"):
         try:
             ipr.link("del", ifname=ifname)
+        except NetlinkError as exc:
+            if exc.code == errno.ENODEV:
+                return False
+            raise
+    return True
+
+
+def disable_link(ifname: str) -> bool:
+    """Sets `ifname` in the host namespace down; False when it does not exist. The kernel drops
+    the routes through it at once, and a veth's peer loses its carrier."""
+    with host_ns() as ipr, translated(f"setting link {ifname} down"):
+        try:
+            ipr.link("set", ifname=ifname, state="down")
         except NetlinkError as exc:
             if exc.code == errno.ENODEV:
                 return False
