@@ -277,21 +277,51 @@ def create_veth(
     The host end carries `alias` (IFLA_IFALIAS, the owner tag). Returns the host end's index
     and MAC. On failure nothing of the pair is left behind.
     """
+    with host_ns() as ipr:
+        index, mac = add_veth(ipr, host_ifname, pod_netns, pod_ifname, mtu, pod_mac, alias)
+    try:
+        with pod_ns(pod_netns) as pipr, translated(f"bringing {pod_ifname} up in the pod"):
+            pindex = ifindex(pipr, pod_ifname)
+            if pindex is None:
+                raise DataplaneFailure(f"veth peer {pod_ifname} missing in {pod_netns}")
+            pipr.link("set", index=pindex, state="up")
+    except BaseException:
+        delete_link(host_ifname)
+        raise
+    return index, mac
+
+
+def add_veth(
+    ipr: IPRoute, host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int,
+    pod_mac: str | None, alias: str,
+) -> tuple[int, str]:
+    """Creates a veth pair through `ipr` (a host-namespace socket), the peer directly in
+    `pod_netns` as `pod_ifname`, left down (agent/podside brings it up); the host end up and
+    tagged with `alias`. Returns the host end's index and MAC; on failure nothing is left.
+
+    Three requests: the add (host end created up: without carrier until the pod end comes up,
+    so IPv6 makes no link-local address on it before DAD is off), the alias (the kernel ignores
+    IFLA_IFALIAS in a new link), one read of the index and the MAC.
+    """
     _check_ifname(pod_ifname)
     peer: dict[str, object] = {"ifname": pod_ifname, "mtu": mtu}
     if pod_mac:
         peer["address"] = pod_mac
-    with netns_fd(pod_netns) as fd, host_ns() as ipr:
+    with netns_fd(pod_netns) as fd:
         peer["net_ns_fd"] = fd
         try:
             _add_veth(ipr, host_ifname, mtu, peer)
         except NetlinkError as exc:
             raise _veth_add_error(exc, host_ifname, pod_netns, pod_ifname) from exc
-        try:
-            return _finish_veth(ipr, host_ifname, pod_netns, pod_ifname, alias)
-        except BaseException:
-            delete_link(host_ifname)
-            raise
+    try:
+        with translated(f"setting up veth host end {host_ifname}"):
+            _no_dad(host_ifname)
+            ipr.link("set", ifname=host_ifname, ifalias=alias)
+            link = ipr.link("get", ifname=host_ifname)[0]
+            return int(link["index"]), str(link.get_attr("IFLA_ADDRESS"))
+    except BaseException:
+        delete_link(host_ifname)
+        raise
 
 
 def _add_veth(ipr: IPRoute, host_ifname: str, mtu: int, peer: dict[str, object]) -> None:
@@ -299,11 +329,11 @@ def _add_veth(ipr: IPRoute, host_ifname: str, mtu: int, peer: dict[str, object])
     attachment (the name derives from its key) is deleted first. Checking for it only when
     the add fails keeps a lookup off every ADD."""
     try:
-        ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, peer=peer)
+        ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, state="up", peer=peer)
     except NetlinkError as exc:
         if exc.code != errno.EEXIST or not delete_link(host_ifname):
             raise
-        ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, peer=peer)
+        ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, state="up", peer=peer)
 
 
 def _check_ifname(ifname: str) -> None:
@@ -321,24 +351,6 @@ def _veth_add_error(
             f"CNI_IFNAME {pod_ifname} already exists in CNI_NETNS {pod_netns}"
         )
     return DataplaneFailure(f"creating veth {host_ifname} <-> {pod_ifname}", describe(exc))
-
-
-def _finish_veth(
-    ipr: IPRoute, host_ifname: str, pod_netns: str, pod_ifname: str, alias: str
-) -> tuple[int, str]:
-    with translated(f"setting up veth host end {host_ifname}"):
-        index = ifindex(ipr, host_ifname)
-        if index is None:
-            raise DataplaneFailure(f"veth host end {host_ifname} vanished after creation")
-        _no_dad(host_ifname)
-        ipr.link("set", index=index, ifalias=alias, state="up")
-        mac = str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
-    with pod_ns(pod_netns) as pipr, translated(f"bringing {pod_ifname} up in the pod"):
-        pindex = ifindex(pipr, pod_ifname)
-        if pindex is None:
-            raise DataplaneFailure(f"veth peer {pod_ifname} missing in {pod_netns}")
-        pipr.link("set", index=pindex, state="up")
-    return index, mac
 
 
 def _no_dad(ifname: str) -> None:

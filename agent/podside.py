@@ -29,6 +29,7 @@ from agent.netlink import add_address, ifindex, pod_ns, translated
 NUD_PERMANENT = 0x80
 SCOPE_LINK = 253
 IFF_UP = 0x1
+LOOPBACK_INDEX = 1
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
 
@@ -44,13 +45,6 @@ def _host_prefix(addr: IPAddress) -> int:
     return 32 if addr.version == 4 else 128
 
 
-def _pod_index(ipr: IPRoute, pod: PodNetwork) -> int:
-    index = ifindex(ipr, pod.key.ifname)
-    if index is None:
-        raise PodSideFailure(f"interface {pod.key.ifname} missing in {pod.netns}")
-    return index
-
-
 def configure(pod: PodNetwork, gateway_mac: str) -> str:
     """Configures the pod's interface; returns its MAC."""
     if not _MAC.fullmatch(gateway_mac):  # it comes from the driver: a bad one is our bug
@@ -58,10 +52,9 @@ def configure(pod: PodNetwork, gateway_mac: str) -> str:
     name = pod.key.ifname
     with pod_ns(pod.netns) as ipr:
         with translated(f"bringing {name} up with MTU {pod.mtu}", PodSideFailure):
-            index = _pod_index(ipr, pod)
-            lo = ifindex(ipr, "lo")
-            if lo is not None:
-                ipr.link("set", index=lo, state="up")
+            index, mac = _pod_link(ipr, pod)
+            # lo is always index 1 in a network namespace (LOOPBACK_IFINDEX)
+            ipr.link("set", index=LOOPBACK_INDEX, state="up")
             ipr.link("set", index=index, mtu=pod.mtu, state="up")
         for iface in pod.addresses:
             with translated(f"adding address {iface} to {name}", PodSideFailure):
@@ -69,8 +62,18 @@ def configure(pod: PodNetwork, gateway_mac: str) -> str:
         for gateway in pod.gateways:
             with translated(f"routing {name} via gateway {gateway}", PodSideFailure):
                 _route_via(ipr, index, gateway, gateway_mac)
-        with translated(f"reading the MAC of {name}", PodSideFailure):
-            return str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
+        return mac
+
+
+def _pod_link(ipr: IPRoute, pod: PodNetwork) -> tuple[int, str]:
+    """The index and MAC of the pod's interface, in one request (no dump of the links)."""
+    try:
+        link = ipr.link("get", ifname=pod.key.ifname)[0]
+    except NetlinkError as exc:
+        if exc.code == errno.ENODEV:
+            raise PodSideFailure(f"interface {pod.key.ifname} missing in {pod.netns}") from exc
+        raise
+    return int(link["index"]), str(link.get_attr("IFLA_ADDRESS"))
 
 
 def _route_via(ipr: IPRoute, index: int, gateway: IPAddress, gateway_mac: str) -> None:

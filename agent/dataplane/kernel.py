@@ -142,15 +142,18 @@ class KernelDataplane:
         self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
         pod_mac = netlink.mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
-        index, host_mac = netlink.create_veth(
-            host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
-        )
-        undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
-        with netlink.host_ns() as ipr, netlink.translated(f"routing {pod.key} via {host}"):
-            for iface in pod.addresses:
-                dst = f"{iface.ip}/{iface.max_prefixlen}"
-                ipr.route("replace", dst=dst, oif=index, scope=SCOPE_LINK)
-                undo.push(f"delete route {dst}", _route_deleter(dst, index))
+        # One host socket for the pair and its routes; the pod end stays down until
+        # agent/podside configures it (one socket inside the pod for all of that).
+        with netlink.host_ns() as ipr:
+            index, host_mac = netlink.add_veth(
+                ipr, host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
+            )
+            undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
+            with netlink.translated(f"routing {pod.key} via {host}"):
+                for iface in pod.addresses:
+                    dst = f"{iface.ip}/{iface.max_prefixlen}"
+                    ipr.route("replace", dst=dst, oif=index, scope=SCOPE_LINK)
+                    undo.push(f"delete route {dst}", _route_deleter(dst, index))
         return Wiring(host_ifname=host, pod_mac=pod_mac, gateway_mac=host_mac)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
@@ -203,10 +206,11 @@ class KernelDataplane:
         netlink.delete_link(name)
 
     def owned(self) -> dict[str, str]:
+        retired = self.reaper.names()  # a DEL's link on its way out is nobody's orphan
         return {
             name: tag
             for name, tag in netlink.links_with_alias_prefix(OWNER_PREFIX).items()
-            if name.startswith(self.host_prefix)
+            if name.startswith(self.host_prefix) and name not in retired
         }
 
 

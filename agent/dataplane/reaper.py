@@ -94,6 +94,11 @@ class LinkReaper:
         with self._cond:
             return len(self._pending) + len(self._busy)
 
+    def names(self) -> set[str]:
+        """The host names of the links retired and not deleted yet."""
+        with self._cond:
+            return set(self._pending) | set(self._busy)
+
     def _take(self, items: list[_Retired]) -> None:
         """Moves `items` from pending to busy (the lock is held)."""
         for item in items:
