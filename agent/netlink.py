@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink import NETLINK_ROUTE
 
+from agent import rtnl
 from agent.errors import CniError, DataplaneFailure, InternalError, InvalidEnvironment
 from agent.model import IPInterface, PodKey
 
@@ -269,6 +270,36 @@ def mac_from_key(key: PodKey) -> str:
     return ":".join(f"{b:02x}" for b in raw)
 
 
+@contextmanager
+def host_batch() -> Iterator[rtnl.Batch]:
+    """A batch of raw rtnetlink requests (agent/rtnl) for the calling thread's namespace."""
+    with translated("netlink socket"):
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
+    with sock:
+        yield rtnl.Batch(sock)
+
+
+@contextmanager
+def pod_batch(netns_path: str) -> Iterator[rtnl.Batch]:
+    """A batch of raw rtnetlink requests for the pod namespace at `netns_path`."""
+    with netns_fd(netns_path) as fd:
+        sock = _socket_in(fd, netns_path)
+    with sock:
+        yield rtnl.Batch(sock)
+
+
+def send(
+    batch: rtnl.Batch, what: str, error: type[CniError] = DataplaneFailure
+) -> dict[int, rtnl.Link]:
+    """`batch.send()`; a refused request is `error` naming `what` and that request."""
+    try:
+        return batch.send()
+    except rtnl.RequestFailed as exc:
+        raise error(f"{what}: {exc.what}", describe(exc)) from exc
+    except OSError as exc:
+        raise error(what, describe(exc)) from exc
+
+
 def create_veth(
     host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int, pod_mac: str | None, alias: str
 ) -> tuple[int, str]:
@@ -277,14 +308,12 @@ def create_veth(
     The host end carries `alias` (IFLA_IFALIAS, the owner tag). Returns the host end's index
     and MAC. On failure nothing of the pair is left behind.
     """
-    with host_ns() as ipr:
-        index, mac = add_veth(ipr, host_ifname, pod_netns, pod_ifname, mtu, pod_mac, alias)
+    with host_batch() as batch:
+        index, mac = add_veth(batch, host_ifname, pod_netns, pod_ifname, mtu, pod_mac, alias)
     try:
-        with pod_ns(pod_netns) as pipr, translated(f"bringing {pod_ifname} up in the pod"):
-            pindex = ifindex(pipr, pod_ifname)
-            if pindex is None:
-                raise DataplaneFailure(f"veth peer {pod_ifname} missing in {pod_netns}")
-            pipr.link("set", index=pindex, state="up")
+        with pod_batch(pod_netns) as pod:
+            pod.set_link(pod_ifname, up=True)
+            send(pod, f"bringing {pod_ifname} up in the pod")
     except BaseException:
         delete_link(host_ifname)
         raise
@@ -292,48 +321,49 @@ def create_veth(
 
 
 def add_veth(
-    ipr: IPRoute, host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int,
+    batch: rtnl.Batch, host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int,
     pod_mac: str | None, alias: str,
 ) -> tuple[int, str]:
-    """Creates a veth pair through `ipr` (a host-namespace socket), the peer directly in
-    `pod_netns` as `pod_ifname`, left down (agent/podside brings it up); the host end up and
-    tagged with `alias`. Returns the host end's index and MAC; on failure nothing is left.
+    """Creates a veth pair through `batch` (host namespace), the peer directly in `pod_netns`
+    as `pod_ifname`, left down (agent/podside brings it up); the host end up and tagged with
+    `alias`. Returns the host end's index and MAC; on failure nothing is left.
 
-    Three requests: the add (host end created up: without carrier until the pod end comes up,
-    so IPv6 makes no link-local address on it before DAD is off), the alias (the kernel ignores
-    IFLA_IFALIAS in a new link), one read of the index and the MAC.
+    One round trip: the add (the host end created up: without carrier until the pod end comes
+    up, so IPv6 makes no link-local address on it before DAD is off), the alias (the kernel
+    ignores IFLA_IFALIAS in a new link) and a read of the index and the MAC, in one batch.
     """
     _check_ifname(pod_ifname)
-    peer: dict[str, object] = {"ifname": pod_ifname, "mtu": mtu}
-    if pod_mac:
-        peer["address"] = pod_mac
     with netns_fd(pod_netns) as fd:
-        peer["net_ns_fd"] = fd
         try:
-            _add_veth(ipr, host_ifname, mtu, peer)
-        except NetlinkError as exc:
+            link = _add_pair(batch, host_ifname, mtu, pod_ifname, fd, pod_mac, alias)
+        except OSError as exc:
             raise _veth_add_error(exc, host_ifname, pod_netns, pod_ifname) from exc
     try:
         with translated(f"setting up veth host end {host_ifname}"):
             _no_dad(host_ifname)
-            ipr.link("set", ifname=host_ifname, ifalias=alias)
-            link = ipr.link("get", ifname=host_ifname)[0]
-            return int(link["index"]), str(link.get_attr("IFLA_ADDRESS"))
     except BaseException:
         delete_link(host_ifname)
         raise
+    return link.index, link.mac
 
 
-def _add_veth(ipr: IPRoute, host_ifname: str, mtu: int, peer: dict[str, object]) -> None:
+def _add_pair(
+    batch: rtnl.Batch, host_ifname: str, mtu: int, pod_ifname: str, fd: int,
+    pod_mac: str | None, alias: str,
+) -> rtnl.Link:
     """Adds the pair; a host end of that name left by an interrupted attempt of the same
     attachment (the name derives from its key) is deleted first. Checking for it only when
     the add fails keeps a lookup off every ADD."""
-    try:
-        ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, state="up", peer=peer)
-    except NetlinkError as exc:
-        if exc.code != errno.EEXIST or not delete_link(host_ifname):
-            raise
-        ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, state="up", peer=peer)
+    for retry in (False, True):
+        batch.add_veth(host_ifname, mtu, pod_ifname, fd, pod_mac)
+        batch.set_link(host_ifname, alias=alias)
+        seq = batch.get_link(host_ifname)
+        try:
+            return batch.send()[seq]
+        except OSError as exc:
+            if retry or exc.errno != errno.EEXIST or not delete_link(host_ifname):
+                raise
+    raise AssertionError("not reached: the second attempt returns or raises")
 
 
 def _check_ifname(ifname: str) -> None:
@@ -344,9 +374,9 @@ def _check_ifname(ifname: str) -> None:
 
 
 def _veth_add_error(
-    exc: NetlinkError, host_ifname: str, pod_netns: str, pod_ifname: str
+    exc: OSError, host_ifname: str, pod_netns: str, pod_ifname: str
 ) -> CniError:
-    if exc.code == errno.EEXIST and not link_exists(host_ifname):
+    if exc.errno == errno.EEXIST and not link_exists(host_ifname):
         return InvalidEnvironment(
             f"CNI_IFNAME {pod_ifname} already exists in CNI_NETNS {pod_netns}"
         )

@@ -22,9 +22,10 @@ from typing import Any
 
 from pyroute2 import IPRoute, NetlinkError
 
+from agent import rtnl
 from agent.errors import InternalError, InvalidEnvironment, PodSideFailure
 from agent.model import IPAddress, PodNetwork
-from agent.netlink import add_address, ifindex, pod_ns, translated
+from agent.netlink import IFA_F_NODAD, describe, ifindex, pod_batch, pod_ns, send, translated
 
 NUD_PERMANENT = 0x80
 SCOPE_LINK = 253
@@ -50,61 +51,38 @@ def configure(pod: PodNetwork, gateway_mac: str) -> str:
     if not _MAC.fullmatch(gateway_mac):  # it comes from the driver: a bad one is our bug
         raise InternalError(f"gateway_mac {gateway_mac!r} from the dataplane is not a MAC")
     name = pod.key.ifname
-    with pod_ns(pod.netns) as ipr:
-        with translated(f"bringing {name} up with MTU {pod.mtu}", PodSideFailure):
-            index, mac = _pod_link(ipr, pod)
-            # lo is always index 1 in a network namespace (LOOPBACK_IFINDEX)
-            ipr.link("set", index=LOOPBACK_INDEX, state="up")
-            ipr.link("set", index=index, mtu=pod.mtu, state="up")
+    with pod_batch(pod.netns) as batch:
+        seq = batch.get_link(name)
+        try:
+            link = batch.send()[seq]
+        except OSError as exc:
+            if exc.errno == errno.ENODEV:
+                raise PodSideFailure(f"interface {name} missing in {pod.netns}") from exc
+            raise PodSideFailure(f"reading {name} in the pod", describe(exc)) from exc
+        # Everything else in one round trip, in this order (the kernel runs a batch's requests
+        # one after the other): lo (always index 1 in a namespace) and the interface up with
+        # its MTU, the addresses, then per gateway the permanent neighbor and the routes.
+        batch.set_link(index=LOOPBACK_INDEX, up=True)
+        batch.set_link(index=link.index, up=True, mtu=pod.mtu)
         for iface in pod.addresses:
-            with translated(f"adding address {iface} to {name}", PodSideFailure):
-                add_address(ipr, index, iface)
+            flags = IFA_F_NODAD if iface.version == 6 else 0
+            batch.add_address(link.index, str(iface.ip), iface.network.prefixlen, flags)
         for gateway in pod.gateways:
-            with translated(f"routing {name} via gateway {gateway}", PodSideFailure):
-                _route_via(ipr, index, gateway, gateway_mac)
-        return mac
+            _route_via(batch, link.index, gateway, gateway_mac)
+        send(batch, f"configuring {name} in the pod", PodSideFailure)
+        return link.mac
 
 
-def _pod_link(ipr: IPRoute, pod: PodNetwork) -> tuple[int, str]:
-    """The index and MAC of the pod's interface, in one request (no dump of the links)."""
-    try:
-        link = ipr.link("get", ifname=pod.key.ifname)[0]
-    except NetlinkError as exc:
-        if exc.code == errno.ENODEV:
-            raise PodSideFailure(f"interface {pod.key.ifname} missing in {pod.netns}") from exc
-        raise
-    return int(link["index"]), str(link.get_attr("IFLA_ADDRESS"))
-
-
-def _route_via(ipr: IPRoute, index: int, gateway: IPAddress, gateway_mac: str) -> None:
-    ipr.neigh(
-        "replace",
-        dst=str(gateway),
-        lladdr=gateway_mac,
-        ifindex=index,
-        state=NUD_PERMANENT,
-        family=_family(gateway),
-    )
+def _route_via(batch: rtnl.Batch, index: int, gateway: IPAddress, gateway_mac: str) -> None:
+    batch.replace_neighbor(index, str(gateway), gateway_mac)
     # Each attachment's routes carry its own metric (its interface index), so a second
     # interface of the same pod (same gateway, other device) adds routes next to the first
     # one's instead of replacing them; the older interface keeps the lower metric and so the
     # default route, and deleting either leaves the other's routes in place.
-    ipr.route(
-        "replace",
-        dst=f"{gateway}/{_host_prefix(gateway)}",
-        oif=index,
-        scope=SCOPE_LINK,
-        priority=index,
-        family=_family(gateway),
-    )
-    ipr.route(
-        "replace",
-        dst=_default(gateway),
-        gateway=str(gateway),
-        oif=index,
-        priority=index,
-        family=_family(gateway),
-    )
+    plen = _host_prefix(gateway)
+    batch.replace_route(str(gateway), plen, index, scope=SCOPE_LINK, priority=index)
+    batch.replace_route(_default(gateway).split("/")[0], 0, index, gateway=str(gateway),
+                        priority=index)
 
 
 def check(pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]:

@@ -142,18 +142,18 @@ class KernelDataplane:
         self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
         pod_mac = netlink.mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
-        # One host socket for the pair and its routes; the pod end stays down until
-        # agent/podside configures it (one socket inside the pod for all of that).
-        with netlink.host_ns() as ipr:
+        # Two round trips on one host socket (agent/rtnl): the pair, then its routes; the pod
+        # end stays down until agent/podside configures it (one socket inside the pod).
+        with netlink.host_batch() as batch:
             index, host_mac = netlink.add_veth(
-                ipr, host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
+                batch, host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
             )
             undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
-            with netlink.translated(f"routing {pod.key} via {host}"):
-                for iface in pod.addresses:
-                    dst = f"{iface.ip}/{iface.max_prefixlen}"
-                    ipr.route("replace", dst=dst, oif=index, scope=SCOPE_LINK)
-                    undo.push(f"delete route {dst}", _route_deleter(dst, index))
+            for iface in pod.addresses:
+                batch.replace_route(str(iface.ip), iface.max_prefixlen, index, scope=SCOPE_LINK)
+                dst = f"{iface.ip}/{iface.max_prefixlen}"
+                undo.push(f"delete route {dst}", _route_deleter(dst, index))
+            netlink.send(batch, f"routing {pod.key} via {host}")
         return Wiring(host_ifname=host, pod_mac=pod_mac, gateway_mac=host_mac)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
