@@ -412,11 +412,12 @@ def delete_link(ifname: str) -> bool:
 def disable_link(ifname: str) -> bool:
     """Sets `ifname` in the host namespace down; False when it does not exist. The kernel drops
     the routes through it at once, and a veth's peer loses its carrier."""
-    with host_ns() as ipr, translated(f"setting link {ifname} down"):
+    with host_batch() as batch:
+        batch.set_link(ifname, up=False)
         try:
-            ipr.link("set", ifname=ifname, state="down")
-        except NetlinkError as exc:
-            if exc.code == errno.ENODEV:
+            send(batch, f"setting link {ifname} down")
+        except DataplaneFailure as exc:
+            if netlink_code(exc.__cause__ or exc) == errno.ENODEV:
                 return False
             raise
     return True

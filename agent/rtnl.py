@@ -106,11 +106,11 @@ class Batch:
         body += _u32(IFLA_MTU, mtu) + _attr(IFLA_LINKINFO | NLA_F_NESTED, info)
         self._add(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, f"creating veth {name}")
 
-    def set_link(self, name: str = "", index: int = 0, up: bool = False, mtu: int = 0,
+    def set_link(self, name: str = "", index: int = 0, up: bool | None = None, mtu: int = 0,
                  alias: str = "") -> None:
-        """Changes a link found by index, else by name."""
-        flags = IFF_UP if up else 0
-        body = _IFINFO.pack(0, 0, index, flags, flags)
+        """Changes a link found by index, else by name (up: True/False; None leaves it)."""
+        change = 0 if up is None else IFF_UP
+        body = _IFINFO.pack(0, 0, index, IFF_UP if up else 0, change)
         if not index:
             body += _str(IFLA_IFNAME, name)
         if mtu:
