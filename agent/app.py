@@ -140,6 +140,11 @@ class Agent:
                 lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
         m.gauge("vswitch_cni_pending_deletes", "DELs whose etcd release is still journaled.",
                 lambda: float(len(journal)))
+        pending_links = getattr(self.dataplane, "pending_link_deletes", None)
+        if callable(pending_links):  # the kernel driver deletes DELs' links in the background
+            m.gauge("vswitch_cni_pending_link_deletes",
+                    "Host links of deleted pods (down, unrouted) not deleted yet.",
+                    lambda: float(pending_links()))
         for key, name, text in (("capacity", "capacity", "Assignable pod addresses"),
                                 ("inUse", "in_use", "Pod addresses in use"),
                                 ("free", "free", "Pod addresses free")):

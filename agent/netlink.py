@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink import NETLINK_ROUTE
 
+from agent import rtnl
 from agent.errors import CniError, DataplaneFailure, InternalError, InvalidEnvironment
 from agent.model import IPInterface, PodKey
 
@@ -165,6 +166,12 @@ def _check_netns(fd: int, netns_path: str) -> None:
         raise InvalidEnvironment(f"CNI_NETNS {netns_path} is a namespace, but not a network one")
 
 
+def enter_netns(fd: int) -> None:
+    """Moves the calling thread into the network namespace `fd` (for a thread of our own that
+    must work where another one does; see agent/dataplane/reaper)."""
+    _setns(fd)
+
+
 def _setns(fd: int) -> None:
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         code = ctypes.get_errno()
@@ -263,6 +270,36 @@ def mac_from_key(key: PodKey) -> str:
     return ":".join(f"{b:02x}" for b in raw)
 
 
+@contextmanager
+def host_batch() -> Iterator[rtnl.Batch]:
+    """A batch of raw rtnetlink requests (agent/rtnl) for the calling thread's namespace."""
+    with translated("netlink socket"):
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
+    with sock:
+        yield rtnl.Batch(sock)
+
+
+@contextmanager
+def pod_batch(netns_path: str) -> Iterator[rtnl.Batch]:
+    """A batch of raw rtnetlink requests for the pod namespace at `netns_path`."""
+    with netns_fd(netns_path) as fd:
+        sock = _socket_in(fd, netns_path)
+    with sock:
+        yield rtnl.Batch(sock)
+
+
+def send(
+    batch: rtnl.Batch, what: str, error: type[CniError] = DataplaneFailure
+) -> dict[int, rtnl.Link]:
+    """`batch.send()`; a refused request is `error` naming `what` and that request."""
+    try:
+        return batch.send()
+    except rtnl.RequestFailed as exc:
+        raise error(f"{what}: {exc.what}", describe(exc)) from exc
+    except OSError as exc:
+        raise error(what, describe(exc)) from exc
+
+
 def create_veth(
     host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int, pod_mac: str | None, alias: str
 ) -> tuple[int, str]:
@@ -271,21 +308,62 @@ def create_veth(
     The host end carries `alias` (IFLA_IFALIAS, the owner tag). Returns the host end's index
     and MAC. On failure nothing of the pair is left behind.
     """
+    with host_batch() as batch:
+        index, mac = add_veth(batch, host_ifname, pod_netns, pod_ifname, mtu, pod_mac, alias)
+    try:
+        with pod_batch(pod_netns) as pod:
+            pod.set_link(pod_ifname, up=True)
+            send(pod, f"bringing {pod_ifname} up in the pod")
+    except BaseException:
+        delete_link(host_ifname)
+        raise
+    return index, mac
+
+
+def add_veth(
+    batch: rtnl.Batch, host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int,
+    pod_mac: str | None, alias: str,
+) -> tuple[int, str]:
+    """Creates a veth pair through `batch` (host namespace), the peer directly in `pod_netns`
+    as `pod_ifname`, left down (agent/podside brings it up); the host end up and tagged with
+    `alias`. Returns the host end's index and MAC; on failure nothing is left.
+
+    One round trip: the add (the host end created up: without carrier until the pod end comes
+    up, so IPv6 makes no link-local address on it before DAD is off), the alias (the kernel
+    ignores IFLA_IFALIAS in a new link) and a read of the index and the MAC, in one batch.
+    """
     _check_ifname(pod_ifname)
-    peer: dict[str, object] = {"ifname": pod_ifname, "mtu": mtu}
-    if pod_mac:
-        peer["address"] = pod_mac
-    with netns_fd(pod_netns) as fd, host_ns() as ipr:
-        peer["net_ns_fd"] = fd
+    with netns_fd(pod_netns) as fd:
         try:
-            ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, peer=peer)
-        except NetlinkError as exc:
+            link = _add_pair(batch, host_ifname, mtu, pod_ifname, fd, pod_mac, alias)
+        except OSError as exc:
             raise _veth_add_error(exc, host_ifname, pod_netns, pod_ifname) from exc
+    try:
+        with translated(f"setting up veth host end {host_ifname}"):
+            _no_dad(host_ifname)
+    except BaseException:
+        delete_link(host_ifname)
+        raise
+    return link.index, link.mac
+
+
+def _add_pair(
+    batch: rtnl.Batch, host_ifname: str, mtu: int, pod_ifname: str, fd: int,
+    pod_mac: str | None, alias: str,
+) -> rtnl.Link:
+    """Adds the pair; a host end of that name left by an interrupted attempt of the same
+    attachment (the name derives from its key) is deleted first. Checking for it only when
+    the add fails keeps a lookup off every ADD."""
+    for retry in (False, True):
+        batch.add_veth(host_ifname, mtu, pod_ifname, fd, pod_mac)
+        batch.set_link(host_ifname, alias=alias)
+        seq = batch.get_link(host_ifname)
         try:
-            return _finish_veth(ipr, host_ifname, pod_netns, pod_ifname, alias)
-        except BaseException:
-            delete_link(host_ifname)
-            raise
+            return batch.send()[seq]
+        except OSError as exc:
+            if retry or exc.errno != errno.EEXIST or not delete_link(host_ifname):
+                raise
+    raise AssertionError("not reached: the second attempt returns or raises")
 
 
 def _check_ifname(ifname: str) -> None:
@@ -296,31 +374,13 @@ def _check_ifname(ifname: str) -> None:
 
 
 def _veth_add_error(
-    exc: NetlinkError, host_ifname: str, pod_netns: str, pod_ifname: str
+    exc: OSError, host_ifname: str, pod_netns: str, pod_ifname: str
 ) -> CniError:
-    if exc.code == errno.EEXIST and not link_exists(host_ifname):
+    if exc.errno == errno.EEXIST and not link_exists(host_ifname):
         return InvalidEnvironment(
             f"CNI_IFNAME {pod_ifname} already exists in CNI_NETNS {pod_netns}"
         )
     return DataplaneFailure(f"creating veth {host_ifname} <-> {pod_ifname}", describe(exc))
-
-
-def _finish_veth(
-    ipr: IPRoute, host_ifname: str, pod_netns: str, pod_ifname: str, alias: str
-) -> tuple[int, str]:
-    with translated(f"setting up veth host end {host_ifname}"):
-        index = ifindex(ipr, host_ifname)
-        if index is None:
-            raise DataplaneFailure(f"veth host end {host_ifname} vanished after creation")
-        _no_dad(host_ifname)
-        ipr.link("set", index=index, ifalias=alias, state="up")
-        mac = str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
-    with pod_ns(pod_netns) as pipr, translated(f"bringing {pod_ifname} up in the pod"):
-        pindex = ifindex(pipr, pod_ifname)
-        if pindex is None:
-            raise DataplaneFailure(f"veth peer {pod_ifname} missing in {pod_netns}")
-        pipr.link("set", index=pindex, state="up")
-    return index, mac
 
 
 def _no_dad(ifname: str) -> None:
@@ -344,6 +404,20 @@ def delete_link(ifname: str) -> bool:
             ipr.link("del", ifname=ifname)
         except NetlinkError as exc:
             if exc.code == errno.ENODEV:
+                return False
+            raise
+    return True
+
+
+def disable_link(ifname: str) -> bool:
+    """Sets `ifname` in the host namespace down; False when it does not exist. The kernel drops
+    the routes through it at once, and a veth's peer loses its carrier."""
+    with host_batch() as batch:
+        batch.set_link(ifname, up=False)
+        try:
+            send(batch, f"setting link {ifname} down")
+        except DataplaneFailure as exc:
+            if netlink_code(exc.__cause__ or exc) == errno.ENODEV:
                 return False
             raise
     return True

@@ -20,15 +20,25 @@ from collections.abc import Callable, Iterator
 
 from pyroute2 import IPRoute, NetlinkError
 
-from agent import rtdump
+from agent import rtdump, rtnl
 from agent.errors import InternalError, InvalidEnvironment, PodSideFailure
 from agent.model import IPAddress, PodNetwork
-from agent.netlink import add_address, ifindex, netns_socket, pod_ns, translated
+from agent.netlink import (
+    IFA_F_NODAD,
+    describe,
+    ifindex,
+    netns_socket,
+    pod_batch,
+    pod_ns,
+    send,
+    translated,
+)
 
 NUD_PERMANENT = 0x80
 SCOPE_LINK = 253
 MAIN_TABLE = 254
 IFF_UP = 0x1
+LOOPBACK_INDEX = 1
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
 
@@ -44,64 +54,43 @@ def _host_prefix(addr: IPAddress) -> int:
     return 32 if addr.version == 4 else 128
 
 
-def _pod_index(ipr: IPRoute, pod: PodNetwork) -> int:
-    index = ifindex(ipr, pod.key.ifname)
-    if index is None:
-        raise PodSideFailure(f"interface {pod.key.ifname} missing in {pod.netns}")
-    return index
-
-
 def configure(pod: PodNetwork, gateway_mac: str) -> str:
     """Configures the pod's interface; returns its MAC."""
     if not _MAC.fullmatch(gateway_mac):  # it comes from the driver: a bad one is our bug
         raise InternalError(f"gateway_mac {gateway_mac!r} from the dataplane is not a MAC")
     name = pod.key.ifname
-    with pod_ns(pod.netns) as ipr:
-        with translated(f"bringing {name} up with MTU {pod.mtu}", PodSideFailure):
-            index = _pod_index(ipr, pod)
-            lo = ifindex(ipr, "lo")
-            if lo is not None:
-                ipr.link("set", index=lo, state="up")
-            ipr.link("set", index=index, mtu=pod.mtu, state="up")
+    with pod_batch(pod.netns) as batch:
+        seq = batch.get_link(name)
+        try:
+            link = batch.send()[seq]
+        except OSError as exc:
+            if exc.errno == errno.ENODEV:
+                raise PodSideFailure(f"interface {name} missing in {pod.netns}") from exc
+            raise PodSideFailure(f"reading {name} in the pod", describe(exc)) from exc
+        # Everything else in one round trip, in this order (the kernel runs a batch's requests
+        # one after the other): lo (always index 1 in a namespace) and the interface up with
+        # its MTU, the addresses, then per gateway the permanent neighbor and the routes.
+        batch.set_link(index=LOOPBACK_INDEX, up=True)
+        batch.set_link(index=link.index, up=True, mtu=pod.mtu)
         for iface in pod.addresses:
-            with translated(f"adding address {iface} to {name}", PodSideFailure):
-                add_address(ipr, index, iface)
+            flags = IFA_F_NODAD if iface.version == 6 else 0
+            batch.add_address(link.index, str(iface.ip), iface.network.prefixlen, flags)
         for gateway in pod.gateways:
-            with translated(f"routing {name} via gateway {gateway}", PodSideFailure):
-                _route_via(ipr, index, gateway, gateway_mac)
-        with translated(f"reading the MAC of {name}", PodSideFailure):
-            return str(ipr.link("get", index=index)[0].get_attr("IFLA_ADDRESS"))
+            _route_via(batch, link.index, gateway, gateway_mac)
+        send(batch, f"configuring {name} in the pod", PodSideFailure)
+        return link.mac
 
 
-def _route_via(ipr: IPRoute, index: int, gateway: IPAddress, gateway_mac: str) -> None:
-    ipr.neigh(
-        "replace",
-        dst=str(gateway),
-        lladdr=gateway_mac,
-        ifindex=index,
-        state=NUD_PERMANENT,
-        family=_family(gateway),
-    )
+def _route_via(batch: rtnl.Batch, index: int, gateway: IPAddress, gateway_mac: str) -> None:
+    batch.replace_neighbor(index, str(gateway), gateway_mac)
     # Each attachment's routes carry its own metric (its interface index), so a second
     # interface of the same pod (same gateway, other device) adds routes next to the first
     # one's instead of replacing them; the older interface keeps the lower metric and so the
     # default route, and deleting either leaves the other's routes in place.
-    ipr.route(
-        "replace",
-        dst=f"{gateway}/{_host_prefix(gateway)}",
-        oif=index,
-        scope=SCOPE_LINK,
-        priority=index,
-        family=_family(gateway),
-    )
-    ipr.route(
-        "replace",
-        dst=_default(gateway),
-        gateway=str(gateway),
-        oif=index,
-        priority=index,
-        family=_family(gateway),
-    )
+    plen = _host_prefix(gateway)
+    batch.replace_route(str(gateway), plen, index, scope=SCOPE_LINK, priority=index)
+    batch.replace_route(_default(gateway).split("/")[0], 0, index, gateway=str(gateway),
+                        priority=index)
 
 
 def check(pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]:

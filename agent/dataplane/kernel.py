@@ -12,8 +12,13 @@ gateway to the MAC of its own host veth end (a permanent neighbor set by agent/p
 "Host namespace" is the network namespace of the calling thread (see agent/netlink): the agent runs
 in the node's, tests run the driver in a thread that entered a test node namespace.
 
-Thread-safety: no state is shared between pods; every call opens its own netlink sockets, so
-attach/detach for different pods run in parallel. `start` is serialized by a lock.
+DEL disables the host end (down: its routes go, the pod end loses its carrier) and leaves the
+slow delete of the pair to a background worker (agent/dataplane/reaper); an ADD first settles a
+pending delete of its host name or of a link in its namespace, so it never meets a dying link.
+
+Thread-safety: no state is shared between pods but the reaper's queue; every call opens its own
+netlink sockets, so attach/detach for different pods run in parallel. `start` is serialized by
+a lock.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pyroute2.netlink import NETLINK_ROUTE
 
 from agent import netlink, rtdump
 from agent.dataplane import UndoStack
+from agent.dataplane.reaper import LinkReaper
 from agent.errors import InvalidConfig
 from agent.model import IPInterface, PodKey, PodNetwork, Wiring
 
@@ -67,6 +73,7 @@ class KernelDataplane:
         mtu: int,
         gateway_ifname: str = "vswitch0",
         host_prefix: str = "vsw",
+        reap_delay: float = 0.0,
     ) -> None:
         if not 0 < len(gateway_ifname) <= IFNAMSIZ:
             raise InvalidConfig(f"gateway_ifname {gateway_ifname!r}: 1 to {IFNAMSIZ} bytes")
@@ -82,6 +89,7 @@ class KernelDataplane:
         self.host_prefix = host_prefix
         self._start_lock = threading.Lock()
         self._started = False
+        self.reaper = LinkReaper(reap_delay)
 
     def host_ifname(self, pod: PodNetwork) -> str:
         return self.host_prefix + pod.key.digest(DIGEST_LEN)
@@ -122,30 +130,40 @@ class KernelDataplane:
             return False
 
     def close(self) -> None:
-        """Nothing to release: sockets are per call. Pods stay wired."""
+        """Finishes the pending deletes of retired links; sockets are per call. Pods stay
+        wired."""
+        self.reaper.drain()
+
+    def pending_link_deletes(self) -> int:
+        return self.reaper.pending()
 
     # --- per pod -----------------------------------------------------------------------------
 
     def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:
         host = self.host_ifname(pod)
-        if netlink.link_exists(host):  # a leftover of an earlier, interrupted attempt
-            netlink.delete_link(host)
+        self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
         pod_mac = netlink.mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
-        index, host_mac = netlink.create_veth(
-            host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
-        )
-        undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
-        with netlink.host_ns() as ipr, netlink.translated(f"routing {pod.key} via {host}"):
+        # Two round trips on one host socket (agent/rtnl): the pair, then its routes; the pod
+        # end stays down until agent/podside configures it (one socket inside the pod).
+        with netlink.host_batch() as batch:
+            index, host_mac = netlink.add_veth(
+                batch, host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
+            )
+            undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
             for iface in pod.addresses:
+                batch.replace_route(str(iface.ip), iface.max_prefixlen, index, scope=SCOPE_LINK)
                 dst = f"{iface.ip}/{iface.max_prefixlen}"
-                ipr.route("replace", dst=dst, oif=index, scope=SCOPE_LINK)
                 undo.push(f"delete route {dst}", _route_deleter(dst, index))
+            netlink.send(batch, f"routing {pod.key} via {host}")
         return Wiring(host_ifname=host, pod_mac=pod_mac, gateway_mac=host_mac)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
-        # the kernel removes the peer in the pod and every route through the host end with it
-        netlink.delete_link(wiring.host_ifname if wiring else self.host_ifname(pod))
+        # Down, the host end carries nothing (the kernel drops its routes, the pod end loses
+        # its carrier); deleting the pair (which takes the pod's end with it) can wait.
+        host = wiring.host_ifname if wiring else self.host_ifname(pod)
+        if netlink.disable_link(host):
+            self.reaper.retire(host, pod.netns)
 
     def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
         host = wiring.host_ifname
@@ -198,12 +216,13 @@ class KernelDataplane:
         netlink.delete_link(name)
 
     def owned(self) -> dict[str, str]:
+        retired = self.reaper.names()  # a DEL's link on its way out is nobody's orphan
         with _host_reader() as nl, netlink.translated("listing links"):
             return {
                 link.name: link.alias
                 for link in nl.links()
                 if link.alias and link.alias.startswith(OWNER_PREFIX)
-                and link.name.startswith(self.host_prefix)
+                and link.name.startswith(self.host_prefix) and link.name not in retired
             }
 
 

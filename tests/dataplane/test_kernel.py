@@ -2,7 +2,8 @@
 
 Plan: two dual-stack pods reach each other, their gateway and a node address (v4 and v6); check()
 of driver and pod side is empty on a good pod and names what broke (route, MTU, neighbor, link);
-detach leaves no link or route and is idempotent; owned() lists exactly our tagged host ends;
+detach leaves no route at once, and no link once its background delete is done, and is
+idempotent; owned() lists exactly our tagged host ends;
 start() is idempotent; v4-only, v6-only and /proc/PID/ns/net pods work; podside.remove undoes
 configure and is idempotent, also when the namespace is gone.
 """
@@ -37,11 +38,13 @@ def test_two_pods_reach_each_other_gateway_and_node(
         dp.detach(pod_a, wa)
         dp.detach(pod_a, wa)  # idempotent
         dp.detach(pod_b, None)  # without a record: the name is derived from the key
-        assert dp.owned() == {}
+        # at once: no route through either host end, and pod A reaches nothing any more
         routes = run_in(node_ns, "ip", "route").stdout + run_in(node_ns, "ip", "-6", "route").stdout
         assert wa.host_ifname not in routes and wb.host_ifname not in routes
-        assert "eth0" not in run_in(ns_a, "ip", "link").stdout
         assert not ping(ns_a, str(pod_a.gateways[0]))
+        dp.reaper.drain()  # the background deletes, done: no link left on either side
+        assert dp.owned() == {}
+        assert "eth0" not in run_in(ns_a, "ip", "link").stdout
 
 
 def test_check_names_what_broke(node_ns: str, dp: KernelDataplane, subnets: Subnets) -> None:

@@ -117,5 +117,6 @@ def test_parallel_pods(node_ns: str, dp: KernelDataplane, subnets: Subnets) -> N
             assert ping(pods[0].netns, str(pods[-1].addresses[0].ip))
             assert ping(pods[-1].netns, str(pods[0].addresses[1].ip))
             list(pool.map(lambda pw: dp.detach(*pw), zip(pods, wirings, strict=True)))
+        dp.reaper.drain()
         assert dp.owned() == {}
         node_is_clean(node_ns, dp)

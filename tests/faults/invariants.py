@@ -14,6 +14,8 @@ them and the context (seed, trial, operations) so a failure can be replayed:
 - no netns side: a pod whose DEL the agent answered has no interface of that name left in its
   namespace (a DEL the plugin answered alone, the agent being down, may leave it: the runtime
   removes the namespace right after, and the agent's reconcile releases the rest);
+  the kernel dataplane deletes a DEL's veth in the background (already down and unrouted when
+  DEL answers), so links and namespaces are looked at once the agent reports none pending;
 - reachable: every live pod pings its gateway and the next live pod (a ring, so n pings cover
   every pod as sender and receiver).
 """
@@ -65,8 +67,24 @@ def agent_view(node: FaultNode) -> tuple[list[dict[str, Any]], dict[str, Any], l
     return pods["pods"], allocs["allocations"], pools["pools"]
 
 
+def links_settled(node: FaultNode, timeout: float = 10.0) -> list[str]:
+    """Waits until the agent has deleted the links of the DELs it answered (its
+    vswitch_cni_pending_link_deletes gauge is 0); a problem line when it does not."""
+    deadline = time.monotonic() + timeout
+    value = ""
+    while time.monotonic() < deadline:
+        status, text = node.running.get("/metrics")
+        lines = str(text).splitlines() if status == 200 else []
+        found = [line for line in lines if line.startswith("vswitch_cni_pending_link_deletes ")]
+        value = found[0].split()[1] if found else "missing"
+        if value in ("0", "0.0"):
+            return []
+        time.sleep(0.05)
+    return [f"the agent still has link deletes pending after {timeout:.0f} s ({value})"]
+
+
 def problems(node: FaultNode, reach: bool = True) -> list[str]:
-    found: list[str] = []
+    found = links_settled(node)
     records, allocations, pools = agent_view(node)
     by_key = {(r["container_id"], r["ifname"]): r for r in records}
     live = node.live

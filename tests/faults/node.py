@@ -124,6 +124,20 @@ def pod_has_interface(pod: Pod) -> bool:
     return out.returncode == 0
 
 
+def pod_interface_works(pod: Pod) -> bool:
+    """The pod's interface exists and has its carrier (operstate UP): it can carry traffic.
+    A DEL's veth goes down at once and is deleted in the background (agent/dataplane/reaper):
+    until then the pod end is still there, without carrier."""
+    out = subprocess.run(
+        ["ip", "-j", "-n", pod.netns.rsplit("/", 1)[1], "link", "show", pod.ifname],
+        capture_output=True, text=True, check=False,
+    )
+    if out.returncode != 0:
+        return False
+    links: list[dict[str, Any]] = json.loads(out.stdout or "[]")
+    return any(link.get("operstate") == "UP" for link in links)
+
+
 def host_links() -> list[dict[str, Any]]:
     out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True)
     links: list[dict[str, Any]] = json.loads(out.stdout or "[]")
@@ -297,12 +311,13 @@ class FaultNode:
 
     def forget(self) -> list[str]:
         """The runtime removes the sandboxes whose DEL succeeded, as containerd and CRI-O do
-        right after DEL; returns the pods whose namespace still held the interface although
-        the agent itself answered their DEL."""
+        right after DEL; returns the pods whose namespace still held a working interface
+        although the agent itself answered their DEL (its delete may still be pending: the
+        interface is then there, without carrier)."""
         found = []
         for key, pod in self.deleted.items():
-            if key in self.gone and pod_has_interface(pod):
-                found.append(f"deleted pod {pod} still has {pod.ifname} in {pod.netns}")
+            if key in self.gone and pod_interface_works(pod):
+                found.append(f"deleted pod {pod} still has a working {pod.ifname} in {pod.netns}")
             self.remove_netns(pod.netns)
         self.deleted.clear()
         self.gone.clear()

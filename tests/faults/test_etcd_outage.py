@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.invariants import assert_converged, wait_converged
+from tests.faults.invariants import assert_converged, links_settled, wait_converged
 from tests.faults.node import FaultNode, Pod, host_links, pod_has_interface
 from tests.faults.seed import SEED_ENV
 from tests.faults.trials import describe, in_flight, plan, retry, settle, top_up
@@ -111,6 +111,7 @@ def _del_during_outage(node: FaultNode, etcd: EtcdServer) -> tuple[Pod, str]:
     deleted = node.delete(pod)
     context = f"DEL with etcd down: {deleted} after {deleted.seconds:.2f} s"
     assert deleted.ok and not deleted.deferred, context
+    assert links_settled(node) == [], context  # the veth's delete is done in the background
     assert not pod_has_interface(pod), f"{context}: the pod still has {pod.ifname}"
     assert prefix_links(node) == other_link, f"{context}: host links {prefix_links(node)}"
     return pod, context

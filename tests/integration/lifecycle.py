@@ -26,7 +26,7 @@ from ipam import IPAMConfig, node_networks
 
 @contextmanager
 def managers(
-    etcd_endpoints: list[str], state_dir: Path, subnet: str
+    etcd_endpoints: list[str], state_dir: Path, subnet: str, reap_delay: float = 0.0
 ) -> Iterator[Callable[[], PodManager]]:
     cfg, _ = IPAMConfig.from_mapping({"PodSubnetCIDR": subnet})
     networks = node_networks(cfg, 1)
@@ -39,7 +39,7 @@ def managers(
     def make() -> PodManager:
         store = Store(etcd_endpoints, etcd_prefix, timeout=1.0)
         stores.append(store)
-        dataplane = KernelDataplane(gateways, 1400, gw_ifname, host_prefix)
+        dataplane = KernelDataplane(gateways, 1400, gw_ifname, host_prefix, reap_delay)
         dataplane.start()
         journal = DeleteJournal(state_dir / "pending-deletes")
         return PodManager(1, store, dataplane, Pools(networks), 1400, journal=journal)
@@ -70,8 +70,12 @@ def host_link(pods: PodManager, container_id: str) -> str:
     return dp.host_prefix + request("ADD", "/x", container_id).key.digest()
 
 
-def link_exists(name: str) -> bool:
-    return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
+def link_live(name: str) -> bool:
+    """A link `name` exists and is up. A DEL's host end goes down at once and is deleted in the
+    background (agent/dataplane/reaper): it may still exist a moment, down and unrouted."""
+    out = subprocess.run(["ip", "-o", "link", "show", name], capture_output=True, text=True)
+    flags = out.stdout.partition("<")[2].partition(">")[0].split(",")
+    return out.returncode == 0 and "UP" in flags
 
 
 def in_use(pods: PodManager) -> int:

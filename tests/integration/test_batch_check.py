@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from agent import netlink
 from agent.pods import PodManager
 from agent.reconcile import reconcile
 from tests.helpers.etcd import EtcdServer
 from tests.helpers.netns import run_in
-from tests.integration.lifecycle import host_link, link_exists, managers, request
+from tests.integration.lifecycle import host_link, managers, request
 
 SUBNET = "10.235.0.0/16"
 DAMAGES = ("intact", "nolink", "mac", "hostroute", "podaddr", "podroute", "reused")
@@ -51,7 +52,7 @@ def _damage(pods: PodManager, kind: str, netns: str, address: str) -> None:
         subprocess.run(["ip", "netns", "del", name], check=True)
         subprocess.run(["ip", "netns", "add", name], check=True)  # same path, another netns
         for _ in range(100):  # the old namespace's veth goes asynchronously
-            if not link_exists(host):
+            if not netlink.link_exists(host):
                 break
             time.sleep(0.05)
 

@@ -34,7 +34,7 @@ from agent.reconcile import reconcile
 from cni_client.journal import journal_delete
 from tests.helpers.etcd import EtcdServer
 from tests.helpers.netns import ping
-from tests.integration.lifecycle import host_link, in_use, link_exists, managers, request
+from tests.integration.lifecycle import host_link, in_use, link_live, managers, request
 
 SUBNET = "10.236.0.0/16"
 T = TypeVar("T")
@@ -76,13 +76,13 @@ def test_del_while_etcd_down_is_journaled_and_settled_by_the_drainer(
 
     etcd.stop()
     pods.delete(request("DEL", gone, "gone"))  # answers success although etcd is down
-    assert not link_exists(host_link(pods, "gone"))
+    assert not link_live(host_link(pods, "gone"))
     assert pods.journal is not None and len(pods.journal) == 1
     assert in_use(pods) == 2, "the address must stay reserved until etcd has the release"
     late = make_netns()
     with pytest.raises(TryAgainLater):
         pods.add(request("ADD", late, "late"))
-    assert not link_exists(host_link(pods, "late")) and in_use(pods) == 2
+    assert not link_live(host_link(pods, "late")) and in_use(pods) == 2
     pods.delete(request("DEL", gone, "gone"))  # the runtime's retry: still fine
     assert len(pods.journal) == 1
 
@@ -138,7 +138,7 @@ def test_add_of_a_journaled_attachment_settles_it_first(
     # Without settling first, the old "ready" record would be answered as a repeated ADD.
     record = retry_while_unreachable(lambda: pods.add(request("ADD", netns, "again")))
     assert pods.journal is not None and len(pods.journal) == 0
-    assert link_exists(host_link(pods, "again"))
+    assert link_live(host_link(pods, "again"))
     assert pods.check(request("CHECK", netns, "again")).key == record.key
     assert in_use(pods) == 1
 
@@ -157,7 +157,7 @@ def test_readd_settles_a_del_the_plugin_journaled_first(
     assert again.created > first.created, "the re-ADD answered the old, deleted attachment"
     assert pods.drain_journal() == 0  # what the drainer does a second later
     assert pods.check(request("CHECK", netns, "readd")).key == again.key
-    assert link_exists(host_link(pods, "readd"))
+    assert link_live(host_link(pods, "readd"))
     assert in_use(pods) == 1
 
 
@@ -197,7 +197,7 @@ def test_an_add_whose_final_write_is_answered_late_leaves_no_record(
     pods, netns = node(), make_netns()
     add_answered_late(pods, netns, "late")
     key = request("ADD", netns, "late").key
-    assert not link_exists(host_link(pods, "late"))
+    assert not link_live(host_link(pods, "late"))
     assert in_use(pods) == 1, "released while etcd may still hold the allocation"
     assert pods.journal is not None and pods.journal.has(key)
 

@@ -25,7 +25,7 @@ from agent.errors import CniError
 from agent.model import PodKey, PodRecord
 from agent.pods import PodManager
 from agent.reconcile import reconcile
-from tests.integration.lifecycle import host_link, in_use, link_exists, managers, request
+from tests.integration.lifecycle import host_link, in_use, link_live, managers, request
 
 SUBNET = "10.237.0.0/16"
 
@@ -91,7 +91,7 @@ def test_concurrent_readds_of_two_stale_sandboxes_do_not_deadlock(
     assert answers == {"sandbox-a": "ok", "sandbox-b": "ok"}, answers
     left = [r.container_id for r in real_store.list_pods(1)]
     assert len(left) == 1, left  # the later sandbox replaced the earlier one
-    assert link_exists(host_link(pods, left[0]))
+    assert link_live(host_link(pods, left[0]))
     assert in_use(pods) == 1
     assert len(real_store.list_allocations(1)) == 1  # type: ignore[attr-defined]
     for cid, netns in sandboxes.items():
