@@ -3,10 +3,11 @@ at once, so that only the plugin's own cost is left.
 
 A grpcio RemoteCNI servicer that answers immediately listens on a unix socket in a temp
 directory. The plugin is run as the DaemonSet installs it (agent.install_cni's zipapp, whose
-shebang pins `/usr/bin/python3 -IS`), N times with the CNI_* env and
-the config on stdin. For comparison, on the same interpreter: `-c pass` (the floor: interpreter
-start-up) and the plugin from the source tree (`-m cni_client.main`, no zipimport), and the
-console script of the development install (`pip install -e .`, with its .pth files).
+shebang pins `/usr/bin/python3 -IS`), N times with the CNI_* env and the config on stdin. For
+comparison, on the same interpreter: `-I -S -c pass` (the floor: the interpreter line the
+installer writes, doing nothing), `-c pass`, the plugin from the source tree (`-m
+cni_client.main`, no zipimport), and the console script of the development install (`pip
+install -e .`, with its .pth files).
 
     python3 -m benchmarks.plugin_exec [-n 200]
 """
@@ -37,6 +38,8 @@ from benchmarks.stats import Summary
 from protos import cni_pb2, cni_pb2_grpc
 
 SYSTEM_PYTHON = "/usr/bin/python3"
+# issue #13's floor: the interpreter line the installer writes, doing nothing
+FLOOR = "/usr/bin/python3 -I -S -c pass (the floor: the installed interpreter line)"
 REPLY = cni_pb2.CNIReply(
     interfaces=[cni_pb2.Interface(name="tap0"), cni_pb2.Interface(
         name="eth0", sandbox="/var/run/netns/bench",
@@ -114,7 +117,9 @@ def run(count: int) -> dict[str, Summary]:
                     Summary.of(measure([str(plugin)], count, env, config), "ms"),
                 "same zipapp without bytecode (sources only, as installed before)":
                     Summary.of(measure([str(source_only)], count, env, config), "ms"),
-                "/usr/bin/python3 -c pass (interpreter start-up)":
+                FLOOR: Summary.of(measure([SYSTEM_PYTHON, "-I", "-S", "-c", "pass"], count, env),
+                                  "ms"),
+                "/usr/bin/python3 -c pass (interpreter start-up, with site)":
                     Summary.of(measure([SYSTEM_PYTHON, "-c", "pass"], count, env), "ms"),
                 "/usr/bin/python3 -m cni_client.main ADD (source tree)":
                     Summary.of(measure([SYSTEM_PYTHON, "-m", "cni_client.main"], count,

@@ -10,11 +10,10 @@ defaulted here.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 
+from cni_client import jsonfast
 from cni_client.errors import (
     DECODE_FAILURE,
     INCOMPATIBLE_VERSION,
@@ -47,7 +46,14 @@ _REQUIRED = {
 }
 # The oldest cniVersion that defines each verb.
 _MIN_VERSION = {"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}
-_NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
+# [a-zA-Z0-9][a-zA-Z0-9_.\-]* without the re module (its import is ~3 ms of every exec)
+_NAME_FIRST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_NAME_REST = _NAME_FIRST | frozenset("_.-")
+
+
+def _is_name(text: str) -> bool:
+    return bool(text) and text[0] in _NAME_FIRST and all(c in _NAME_REST for c in text[1:])
+
 
 
 class Invocation:
@@ -101,7 +107,7 @@ def validate_env(command: str, env: Mapping[str, str]) -> None:
                           f"{', '.join(missing)} missing for {command}")
     if "CNI_CONTAINERID" in required:
         container_id = env["CNI_CONTAINERID"]
-        if not _NAME_RE.fullmatch(container_id):
+        if not _is_name(container_id):
             raise PluginError(INVALID_ENVIRONMENT, "CNI_CONTAINERID has invalid characters",
                               f"{container_id!r}: must start with a letter or digit, then only "
                               "letters, digits, '_', '.' and '-'")
@@ -142,7 +148,7 @@ def decode_stdin(raw: bytes) -> tuple[str, object]:
                           f"refusing to read more than {MAX_STDIN} bytes")
     try:
         text = raw.decode("utf-8")
-        return text, json.loads(text)
+        return text, jsonfast.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise PluginError(DECODE_FAILURE, "cannot decode the network config on stdin as JSON",
                           str(exc)) from exc
@@ -177,7 +183,7 @@ def validate_config(config: object, command: str) -> dict[str, object]:
     name = config.get("name")
     if not isinstance(name, str) or not name:
         raise _field_error("name", "is missing or not a string")
-    if not _NAME_RE.fullmatch(name):
+    if not _is_name(name):
         raise _field_error("name", f"{name!r} has invalid characters")
     if not isinstance(config.get("type"), str) or not config["type"]:
         raise _field_error("type", "is missing or not a string")

@@ -4,15 +4,17 @@ fsync'd, and the agent tears the attachment down and releases it when it settles
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+
+from cni_client import jsonfast
 
 PENDING = "pending-deletes"
 
 
 def entry_name(container_id: str, ifname: str) -> str:
     """The file name the agent uses for the same attachment (PodKey.digest(32))."""
+    import hashlib  # 3.4 ms of import: only on the journaling path
+
     digest = hashlib.sha256(f"{container_id}\0{ifname}".encode()).hexdigest()[:32]
     return f"{digest}.json"
 
@@ -26,7 +28,7 @@ def journal_delete(state_dir: str, container_id: str, ifname: str, netns: str) -
             "detached": False, "record": None}
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump(data, f)
+        f.write(jsonfast.dumps(data))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -10,10 +10,11 @@ time, level, logger ("vswitch-cni"), message, verb, container_id, ifname, pod, p
 
 from __future__ import annotations
 
-import json  # already loaded by cni_client.main: no start-up cost
 import os
 import sys
 import time
+
+from cni_client import jsonfast
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
@@ -40,7 +41,7 @@ class Log:
             entry = {"time": f"{stamp}.{int(now * 1000) % 1000:03d}Z", "level": level.upper(),
                      "logger": "vswitch-cni", "message": msg, **self.fields,
                      "pid": os.getpid()}
-            text = json.dumps(entry, ensure_ascii=False) + "\n"
+            text = jsonfast.dumps(entry, ensure_ascii=False) + "\n"
         else:
             text = f"{stamp}Z pid={os.getpid()} {line}\n"
         try:

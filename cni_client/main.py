@@ -8,11 +8,10 @@ traceback on stdout (tracebacks go to stderr for the runtime's logs).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from cni_client import config
+from cni_client import config, jsonfast
 from cni_client.errors import INTERNAL, IO_FAILURE, PluginError
 
 TYPE_CHECKING = False
@@ -36,7 +35,7 @@ def version_info(raw: bytes) -> dict[str, object]:
     """VERSION: answered locally; echoes the caller's cniVersion as the spec asks."""
     version: object = None
     try:
-        parsed = json.loads(raw) if raw.strip() else None
+        parsed = jsonfast.loads_bytes(raw) if raw.strip() else None
         version = parsed.get("cniVersion") if isinstance(parsed, dict) else None
     except (ValueError, RecursionError):
         pass  # libcni's skel ignores VERSION's stdin; so do we, if it is not usable
@@ -49,7 +48,7 @@ def version_info(raw: bytes) -> dict[str, object]:
 def error_version(raw: bytes) -> str:
     """The cniVersion to put in an error object: the config's, if it is one we speak."""
     try:
-        parsed = json.loads(raw)
+        parsed = jsonfast.loads_bytes(raw)
     except (ValueError, RecursionError):
         return config.LATEST_VERSION
     version = parsed.get("cniVersion") if isinstance(parsed, dict) else None
@@ -75,7 +74,7 @@ def execute(env: Mapping[str, str], raw: bytes) -> dict[str, object] | None:
 
 
 def _emit(obj: dict[str, object]) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.write(jsonfast.dumps(obj) + "\n")
     sys.stdout.flush()
 
 

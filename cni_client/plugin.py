@@ -15,10 +15,9 @@ This is the one place where gRPC outcomes become CNI errors:
 
 from __future__ import annotations
 
-import json
 import time
 
-from cni_client import __version__, grpc_unix, protowire
+from cni_client import __version__, grpc_unix, jsonfast, protowire
 from cni_client.errors import INTERNAL, IO_FAILURE, NOT_READY, TRY_AGAIN_LATER, PluginError
 from cni_client.journal import journal_delete
 from cni_client.result import render
@@ -51,7 +50,7 @@ def build_request(inv: Invocation, deadline: float, env: Mapping[str, str]) -> C
         "interface_name": inv.ifname,
         "extra_nw_config": inv.stdin,
         "extra_arguments": inv.args,
-        "runtime_config": json.dumps(runtime_config) if runtime_config is not None else "",
+        "runtime_config": jsonfast.dumps(runtime_config) if runtime_config is not None else "",
         "pod_uid": inv.pod_uid,
         "deadline_ms": min(max(remaining_ms, 1), 0xFFFFFFFF),
         "traceparent": env.get("TRACEPARENT", ""),
