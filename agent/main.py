@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot start: %s", exc)
         agent.stop(grace=0)
         return 1
-    stop.wait()
+    # Timed waits, not one endless wait: the kernel may hand SIGTERM to any of the agent's
+    # threads, and then Python runs the handler only once the main thread wakes up; a main
+    # thread asleep in an untimed wait never would (CI saw a SIGTERM ignored for 60 s).
+    while not stop.wait(0.5):
+        pass
     agent.stop()
     log.info("stopped")
     _exit_past_stuck_workers()
