@@ -1,9 +1,10 @@
 """Installs the plugin and the network config on a node, and removes them again.
 
 Used by the DaemonSet's init container and, the same command, on a node without Kubernetes
-(docs/install.md). The plugin is stdlib-only Python, installed as one self-contained zipapp
-`<bin-dir>/vswitch-cni` whose shebang names an interpreter chosen here, by absolute path: a
-runtime's PATH (a pyenv shim, a virtualenv) then never decides which Python runs each CNI call.
+(docs/install.md). The plugin is stdlib-only Python, installed as its code zip beside a
+launcher script `<bin-dir>/vswitch-cni` whose shebang names an interpreter chosen here, by
+absolute path: a runtime's PATH (a pyenv shim, a virtualenv) then never decides which Python runs
+each CNI call.
 
 Runtimes look for every plugin of a conflist, and for `loopback`, in their one bin dir, so the
 reference plugins the conflist chains (and loopback) are copied there from a source dir when they
@@ -29,6 +30,7 @@ from agent.install_files import (
     Manifest,
     build_plugin,
     check_versions,
+    code_of,
     copy_plugin,
     find_plugin,
     install_conflist,
@@ -93,15 +95,24 @@ def install(args: argparse.Namespace) -> int:
     check_versions(conflist, [run for name, run, _, _ in plugins if run and name != "loopback"])
     plugin = args.bin_dir / "vswitch-cni"
     candidate = args.bin_dir / ".vswitch-cni.candidate"
-    build_plugin(candidate, interpreter=f"{args.python} {SHEBANG_FLAGS}")
+    # The code the running launcher names stays until the next install: a plugin exec'd just
+    # before the launcher is replaced may still be reading it.
+    previous = code_of(plugin) if manifest.owns(plugin) else None
+    code = build_plugin(candidate, interpreter=f"{args.python} {SHEBANG_FLAGS}")
     try:
         # The interpreter is a path of the node; in an init container it may be absent here.
         if Path(args.python).exists():
             check_versions(conflist, [candidate])
         os.replace(candidate, plugin)
+    except BaseException:
+        if code != previous:
+            code.unlink(missing_ok=True)
+        raise
     finally:
         candidate.unlink(missing_ok=True)
     manifest.add(plugin)
+    manifest.add(code)
+    manifest.remove_code_but({code} | ({previous} if previous else set()))
     for name, _, source, message in plugins:
         if source is not None:
             copy_plugin(source, args.bin_dir / name, manifest)

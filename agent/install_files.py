@@ -1,5 +1,5 @@
-"""The files `agent.install_cni` writes on a node: plugin zipapp, reference plugins, conflist, and
-the manifest that lists them so an uninstall removes exactly those.
+"""The files `agent.install_cni` writes on a node: the plugin (launcher and code zip), reference
+plugins, conflist, and the manifest that lists them so an uninstall removes exactly those.
 
 Ownership rule: a file is ours only if the manifest lists it with the hash we wrote. A plugin
 found already in the bin dir, or one of ours that someone replaced since, is somebody else's and
@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import py_compile
+import re
 import shutil
 import subprocess
 import sys
@@ -40,10 +41,36 @@ def _replace(tmp: Path, target: Path, mode: int) -> None:
     os.replace(tmp, target)
 
 
-def build_plugin(target: Path, interpreter: str | None = None) -> None:
-    """Writes the plugin zipapp to `target` atomically, mode 0755, run by `interpreter` (the
-    shebang line after `#!`; default: this Python, pinned by absolute path)."""
+CODE_PREFIX = ".vswitch-cni-code-"  # the plugin's code: a zip beside its launcher
+# The installed `vswitch-cni`. A plain script and not a zipapp: Python runs a zipapp through
+# runpy, whose imports cost ~4.5 ms of every CNI call (python3 -X importtime).
+LAUNCHER = """#!{interpreter}
+# vswitch-cni, the CNI plugin, as agent.install_cni wrote it. Its code is the zip named below,
+# beside this file; a plain script starts faster than a zipapp (no runpy).
+import sys
+from os.path import dirname, join, realpath
+
+sys.path.insert(0, join(dirname(realpath(__file__)), "{code}"))
+try:
+    from cni_client.main import main
+except ImportError:
+    sys.stdout.write('{{"cniVersion": "1.0.0", "code": 999, "msg": "vswitch-cni cannot load '
+                     'its code ({code}, beside it): reinstall it with agent.install_cni"}}\\n')
+    sys.exit(1)
+sys.exit(main())
+"""
+
+
+def build_plugin(target: Path, interpreter: str | None = None) -> Path:
+    """Writes the plugin into `target`'s directory: its code, a zip named by its content hash,
+    then `target`, the launcher script (mode 0755) run by `interpreter` (the shebang line after
+    `#!`; default: this Python, pinned by absolute path). Both atomically; returns the zip.
+
+    The zip's name changes with its content: an upgrade never rewrites the zip that a running
+    plugin reads, and a launcher always names a complete zip."""
     source = Path(cni_client.__file__).resolve().parent
+    line = interpreter or f"{sys.executable} {SHEBANG_FLAGS}"
+    tmp = target.with_name(f".{target.name}.code.tmp")
     with tempfile.TemporaryDirectory() as stage:
         shutil.copytree(source, Path(stage) / "cni_client",
                         ignore=shutil.ignore_patterns("__pycache__", "*.md"))
@@ -55,11 +82,24 @@ def build_plugin(target: Path, interpreter: str | None = None) -> None:
             Path(stage) / "cni_client", quiet=1, legacy=True,
             invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
         )
-        tmp = target.with_name(f".{target.name}.tmp")
-        zipapp.create_archive(stage, tmp,
-                              interpreter=interpreter or f"{sys.executable} {SHEBANG_FLAGS}",
-                              main="cni_client.main:main")
-    _replace(tmp, target, 0o755)
+        # Still a zipapp too (`python3 ZIP` runs the plugin), which the launcher does not use.
+        zipapp.create_archive(stage, tmp, main="cni_client.main:main")
+    code = target.with_name(f"{CODE_PREFIX}{_sha256(tmp)[:16]}.pyz")
+    _replace(tmp, code, 0o644)
+    launcher = target.with_name(f".{target.name}.tmp")
+    launcher.write_text(LAUNCHER.format(interpreter=line, code=code.name))
+    _replace(launcher, target, 0o755)
+    return code
+
+
+def code_of(launcher: Path) -> Path | None:
+    """The code zip an installed launcher runs (None: not a launcher of ours)."""
+    try:
+        text = launcher.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = re.search(rf'"({re.escape(CODE_PREFIX)}[0-9a-f]+\.pyz)"', text)
+    return launcher.with_name(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -170,6 +210,16 @@ class Manifest:
 
     def add(self, path: Path) -> None:
         self.files[self._name(path)] = _sha256(path)
+
+    def remove_code_but(self, keep: set[Path]) -> None:
+        """Removes our code zips other than `keep` (those of plugins replaced before)."""
+        for name in [n for n in self.files if n.startswith(f"bin/{CODE_PREFIX}")]:
+            path = self._path(name)
+            if path in keep:
+                continue
+            if self.owns(path):
+                path.unlink()
+            del self.files[name]
 
     def save(self) -> None:
         tmp = self.path.with_name(f"{self.path.name}.tmp")

@@ -6,7 +6,8 @@
   asked) at the production log level (INFO), with a unique EtcdPrefix, node name,
   HostInterfacePrefix and gateway interface; stopped with SIGTERM at the end, its gateway and any
   host link with its prefix removed.
-- `plugin_bin_dir`: the plugin installed as the DaemonSet does (agent.install_cni's zipapp).
+- `plugin_bin_dir`: the plugin installed as the DaemonSet does (agent.install_cni's launcher
+  and code zip).
 - `CniNetwork`: one network driven through the libcni driver: ours (vswitch-cni) or the
   reference bridge + host-local. Both run the driver inside a 'host' namespace of the benchmark's
   own (via nsenter), so both pay the same exec overhead and the bridge never touches the machine.
@@ -154,7 +155,8 @@ def vm_rss_bytes(pid: int) -> int:
 
 
 def plugin_bin_dir(tmp: Path) -> Path:
-    """A CNI bin dir holding the plugin as the DaemonSet's install-cni writes it (a zipapp)."""
+    """A CNI bin dir holding the plugin as the DaemonSet's install-cni writes it (launcher and
+    code zip)."""
     bin_dir = tmp / "cni-bin"
     bin_dir.mkdir()
     build_plugin(bin_dir / "vswitch-cni", interpreter=f"{NODE_PYTHON} {SHEBANG_FLAGS}")

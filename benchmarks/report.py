@@ -359,8 +359,8 @@ def _exec_section(r: Results) -> list[str]:
     out = ["## 3. Plugin executable cost", "",
            "Exec to exit of one ADD against a gRPC server that answers at once (no agent work): "
            "the plugin's own cost. The first row is the plugin as the DaemonSet installs it "
-           "(agent.install_cni's zipapp, its interpreter pinned by the shebang "
-           "`#!/usr/bin/python3 -IS`); the other rows split that time.", ""]
+           "(agent.install_cni's launcher script and code zip, its interpreter pinned by the "
+           "shebang `#!/usr/bin/python3 -IS`); the other rows split that time.", ""]
     out += _table(STAT_HEADER, [_stat_row(label, s) for label, s in r.plugin_exec.items()])
     return out
 

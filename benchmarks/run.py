@@ -110,7 +110,7 @@ def _agent_sections(res: Results, counts: Counts, tmp: Path, stack: ExitStack,
     namespaces = Namespaces()
     stack.callback(namespaces.close)
     with EtcdServer() as etcd:
-        log("building the libcni driver and the plugin zipapp")
+        log("building the libcni driver and the plugin")
         driver = build_driver(DEFAULT_BUILD_DIR)
         bin_dir = plugin_bin_dir(tmp)
         host_ns = namespaces.create()  # the runtimes' namespace for ours and the reference

@@ -19,7 +19,6 @@ import time
 
 from cni_client import __version__, grpc_unix, jsonfast, protowire
 from cni_client.errors import INTERNAL, IO_FAILURE, NOT_READY, TRY_AGAIN_LATER, PluginError
-from cni_client.journal import journal_delete
 from cni_client.result import render
 
 TYPE_CHECKING = False
@@ -85,6 +84,8 @@ def run(inv: Invocation, env: Mapping[str, str], log: Log) -> dict[str, object] 
 
 
 def _journal(inv: Invocation, why: str, log: Log) -> None:
+    from cni_client.journal import journal_delete  # only a DEL the agent did not take
+
     try:
         path = journal_delete(inv.state_dir, inv.container_id, inv.ifname, inv.netns)
     except OSError as exc:

@@ -11,6 +11,8 @@ Plan:
   cniVersion, an unsupported cniVersion, a conflist that is not ours: exit with the reason, no
   file written. `--check` checks without installing.
 - The shipped conflist (k8s/configmap.yaml) is the README's and installs with Debian's plugins.
+- The plugin is a launcher script plus its code zip: an upgrade keeps the code the replaced
+  launcher ran and removes older code; a launcher whose code is gone answers a CNI error.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.install_files import code_of
 from tests.helpers import conflist as shipped
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,3 +233,36 @@ def test_an_interpreter_that_cannot_run_the_plugin_is_reported(node: dict[str, P
     out = install(node, f"--python={impostor}", conflist=write_conflist(node))
     assert out.returncode != 0 and "did not answer VERSION (exit 97)" in out.stderr, out.stderr
     assert list(node["bin"].iterdir()) == [] and list(node["net.d"].iterdir()) == []
+
+
+def code_zips(node: dict[str, Path]) -> list[Path]:
+    return sorted(node["bin"].glob(".vswitch-cni-code-*.pyz"))
+
+
+def test_upgrades_keep_the_code_a_running_plugin_may_read_and_no_more(
+    node: dict[str, Path],
+) -> None:
+    """The plugin is a launcher plus its code zip (named by content). An install keeps the code
+    the replaced launcher ran (a plugin exec'd a moment before may still be reading it) and
+    removes older ones; uninstall removes them all."""
+    conflist = write_conflist(node)
+    launched = []
+    for _ in range(3):
+        assert install(node, conflist=conflist).returncode == 0
+        launched.append(code_of(node["bin"] / "vswitch-cni"))
+        assert run_version(node["bin"] / "vswitch-cni", node).returncode == 0
+    assert launched[-1] is not None and launched[-1].exists()
+    assert set(code_zips(node)) <= {p for p in launched[-2:] if p is not None}
+    assert launched[-1] in code_zips(node) and len(code_zips(node)) <= 2
+    assert install(node, "--uninstall").returncode == 0
+    assert list(node["bin"].iterdir()) == []
+
+
+def test_a_launcher_without_its_code_answers_a_cni_error(node: dict[str, Path]) -> None:
+    assert install(node, conflist=write_conflist(node)).returncode == 0
+    for path in code_zips(node):
+        path.unlink()
+    out = run_version(node["bin"] / "vswitch-cni", node)
+    assert out.returncode == 1
+    error = json.loads(out.stdout)
+    assert error["code"] == 999 and "reinstall" in error["msg"], error
