@@ -47,6 +47,7 @@ CODE_PREFIX = ".vswitch-cni-code-"  # the plugin's code: a zip beside its launch
 LAUNCHER = """#!{interpreter}
 # vswitch-cni, the CNI plugin, as agent.install_cni wrote it. Its code is the zip named below,
 # beside this file; a plain script starts faster than a zipapp (no runpy).
+import os
 import sys
 from os.path import dirname, join, realpath
 
@@ -57,7 +58,11 @@ except ImportError:
     sys.stdout.write('{{"cniVersion": "1.0.0", "code": 999, "msg": "vswitch-cni cannot load '
                      'its code ({code}, beside it): reinstall it with agent.install_cni"}}\\n')
     sys.exit(1)
-sys.exit(main())
+code = main()
+# The answer is written: exit without the interpreter's teardown (~1.5 ms of every call).
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(code)
 """
 
 
