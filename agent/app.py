@@ -100,7 +100,8 @@ class Agent:
             self.node_id,
             [str(s) for s in self.networks.pod_subnets],
         )
-        self.dataplane = make_dataplane(cfg, self.networks)  # made, not started: no I/O yet
+        # made, not started: no I/O yet
+        self.dataplane = make_dataplane(cfg, self.networks, self.metrics)
         # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
         # carry refuses the start. The VPP mesh shares the driver's connection.
         self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
@@ -395,7 +396,8 @@ def reconcile_counts(report: ReconcileReport) -> list[tuple[tuple[str], float]]:
     return [((result,), float(n)) for result, n in counts.items()]
 
 
-def make_dataplane(cfg: AgentConfig, networks: NodeNetworks) -> Dataplane:
+def make_dataplane(cfg: AgentConfig, networks: NodeNetworks,
+                   metrics: Metrics | None = None) -> Dataplane:
     gateways = [
         ipaddress.ip_interface(f"{gw}/{subnet.prefixlen}")
         for gw, subnet in zip(networks.gateways, networks.pod_subnets, strict=True)
@@ -406,7 +408,10 @@ def make_dataplane(cfg: AgentConfig, networks: NodeNetworks) -> Dataplane:
         return KernelDataplane(gateways, cfg.mtu, cfg.gateway_interface, cfg.host_interface_prefix)
     from agent.dataplane.vpp import VppDataplane, vpp_config
 
-    return VppDataplane(vpp_config(cfg, networks))
+    vpp = VppDataplane(vpp_config(cfg, networks))
+    if metrics is not None:
+        vpp.api.observe = metrics.vpp_call
+    return vpp
 
 
 def prepare_socket(path: str) -> None:

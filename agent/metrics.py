@@ -70,6 +70,10 @@ class Metrics:
             "vswitch_cni_add_phase_seconds", "Time of each step of a CNI ADD.",
             ["phase"], buckets=BUCKETS, registry=self.registry,
         )
+        self._vpp_calls = Histogram(
+            "vswitch_cni_vpp_call_seconds", "Time VPP took to answer one binary-API request "
+            "(a dump: all its details).", ["message"], buckets=BUCKETS, registry=self.registry,
+        )
         self._gauges = _Gauges()
         self.registry.register(self._gauges)
         ProcessCollector(registry=self.registry)
@@ -80,6 +84,9 @@ class Metrics:
 
     def phase(self, name: str, seconds: float) -> None:
         self._phases.labels(name).observe(seconds)
+
+    def vpp_call(self, message: str, seconds: float) -> None:
+        self._vpp_calls.labels(message).observe(seconds)
 
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge without labels, read at scrape time."""

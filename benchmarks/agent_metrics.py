@@ -55,7 +55,7 @@ def parse(text: str) -> Series:
         for suffix in ("_bucket", "_sum", "_count"):
             if name.endswith(suffix):
                 base = name[: -len(suffix)]
-                key = labels.get("phase") or labels.get("verb") or ""
+                key = labels.get("phase") or labels.get("verb") or labels.get("message") or ""
                 hist = out.setdefault((base, key), Histogram())
                 if suffix == "_bucket":
                     bound = labels["le"]
@@ -82,3 +82,4 @@ def delta(before: Series, after: Series, metric: str) -> dict[str, Histogram]:
 
 PHASES = "vswitch_cni_add_phase_seconds"
 REQUESTS = "vswitch_cni_request_seconds"
+VPP_CALLS = "vswitch_cni_vpp_call_seconds"

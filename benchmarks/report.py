@@ -53,6 +53,8 @@ class Results:
     traffic: list[Figures] = field(default_factory=list)
     traffic_counts: TrafficCounts | None = None
     scale: dict[str, AtScale] = field(default_factory=dict)  # "kernel" / "vpp"
+    # the VPP agent's ADD phases and VPP requests over the whole full-node run (fill and DELs)
+    scale_vpp: dict[str, dict[str, Histogram]] = field(default_factory=dict)
     vpp_ring_mib: float | None = None  # the default AF_PACKET rings of one pod interface
     load_end: str = ""
     wall_s: float = 0.0
@@ -485,6 +487,7 @@ def _scale_section(r: Results) -> list[str]:
     out += _table(STAT_HEADER, rows)
     out += _table(("dataplane", "MemAvailable drop per pod"),
                   [[name, f"{_n(s.memory_mib_per_pod, 2)} MiB"] for name, s in r.scale.items()])
+    out += _vpp_split(r)
     vpp = r.scale.get("vpp")
     if vpp is not None and vpp.ring_mib_per_interface is not None:
         out += [f"With the node full, VPP had {vpp.interfaces} AF_PACKET rings mapped (the "
@@ -496,3 +499,23 @@ def _scale_section(r: Results) -> list[str]:
                    "transmit frames x frame size; `AfPacketRxFrames`, `AfPacketTxFrames`, "
                    "`AfPacketFrameSize`)." if r.vpp_ring_mib is not None else ""), ""]
     return out
+
+
+def _vpp_split(r: Results) -> list[str]:
+    """Where the VPP agent's ADD time went over the full-node run: its phases, and VPP's own
+    answer times per request (the agent's vswitch_cni_vpp_call_seconds)."""
+    phases, calls = r.scale_vpp.get("phases", {}), r.scale_vpp.get("calls", {})
+    if not phases or not calls:
+        return []
+    out = ["Where the VPP agent's ADD time went over this whole run (every ADD of the fill, "
+           "not only the measured ones; the agent's histograms):", ""]
+    out += _phase_table(phases, None)
+    rows = sorted(((name, h) for name, h in calls.items() if h.count),
+                  key=lambda item: -item[1].sum)
+    out += ["VPP's answer time per binary-API request over the same run (fill and DELs), by "
+            "total time:", ""]
+    out += _table(("request", "count", "mean ms", "total s"),
+                  [[name, _n(h.count, 0), _n(h.mean * 1000, 2), _n(h.sum, 2)]
+                   for name, h in rows[:8]])
+    return out
+

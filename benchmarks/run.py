@@ -141,8 +141,13 @@ def _agent_sections(res: Results, counts: Counts, tmp: Path, stack: ExitStack,
                     res.vpp = cni_bench.sequential([vpp], namespaces, counts.latency_runs,
                                                    counts.warmup)["vswitch-cni-vpp"]
                     log(f"full node: ADD/DEL with {counts.scale_live}+ live pods, VPP")
+                    before = agent_metrics.snapshot(agent)
                     res.scale["vpp"] = scale_add.run(vpp, namespaces, counts.scale_live,
                                                      counts.scale_measured, socket)
+                    after = agent_metrics.snapshot(agent)
+                    res.scale_vpp = {
+                        "phases": agent_metrics.delta(before, after, agent_metrics.PHASES),
+                        "calls": agent_metrics.delta(before, after, agent_metrics.VPP_CALLS)}
                     res.vpp_ring_mib = RingOptions().kernel_bytes / 2**20
             finally:
                 remove_agent_links(vpp_config)

@@ -27,6 +27,7 @@ import pytest
 
 from agent.dataplane.vpp import names
 from agent.model import PodKey
+from benchmarks import agent_metrics
 from tests.fakevpp import API_DIR, FakeVPP
 from tests.helpers.agent import (
     AgentHandle,
@@ -101,6 +102,11 @@ def test_agent_wires_pods_into_vpp_and_repairs_them_after_a_vpp_restart(
         address = out.json["ips"][0]["address"]
         addresses.append(address)
         assert vpp_holds(fake, PodKey(cid, "eth0"), address) == []
+    # Every VPP request is timed by message (vswitch_cni_vpp_call_seconds): one interface made
+    # per pod, plus the node's interconnect at start.
+    status, text = agent.get("/metrics")
+    made = agent_metrics.parse(text)[("vswitch_cni_vpp_call_seconds", "af_packet_create_v3")]
+    assert status == 200 and made.count >= len(pods) and made.sum > 0, text[-2000:]
     for netns, cid in pods:
         out = run_plugin("CHECK", {**conf, "prevResult": {"cniVersion": "1.1.0", "ips": [
             {"address": a} for a in addresses]}}, container_id=cid, netns=netns)

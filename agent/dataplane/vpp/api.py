@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from vpp_papi import VPPApiClient
@@ -90,6 +92,8 @@ class VppApi:
         self._client: Any = None
         self._connected = False
         self._lock = threading.RLock()
+        # Called with (message name, seconds) after every request VPP answered (metrics).
+        self.observe: Callable[[str, float], None] | None = None
 
     @property
     def connected(self) -> bool:
@@ -176,7 +180,11 @@ class VppApi:
         with self._lock:
             func = self._function(name)
             try:
-                return func(**fields)
+                started = time.monotonic()
+                out = func(**fields)
+                if self.observe is not None:
+                    self.observe(name, time.monotonic() - started)
+                return out
             except OSError as exc:  # vpp-papi's IO errors (broken socket, no reply) are OSErrors
                 self._teardown(self._client)
                 raise TryAgainLater(f"lost the connection to VPP during {name}", str(exc)) from exc
