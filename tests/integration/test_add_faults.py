@@ -83,6 +83,9 @@ def request(netns: str) -> CniRequest:
 def assert_no_trace(parts: dict[str, Any], req: CniRequest, netns: str, free_before: int) -> None:
     store: Store = parts["store"]
     host_ifname = "vsw" + req.key.digest()
+    # A torn-down link is down and unrouted at once; the kernel dataplane deletes it in the
+    # background (agent/dataplane/reaper): look once its pending deletes are done.
+    parts["dataplane"].close()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert host_ifname not in links
     pod_links = subprocess.run(["ip", "netns", "exec", netns.rsplit("/", 1)[1], "ip", "-o", "link"],
