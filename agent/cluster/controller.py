@@ -162,8 +162,8 @@ class MeshController:
                         "restored?): publishing this node again", before, revision)
             self.registry.publish(self.local)
             nodes = {**{i: s.info for i, s in self._remotes.items()}, **nodes}
-        elif self.local.node_id not in nodes:  # published before listing: gone means removed
-            self._removed_by_operator()
+        elif self.local.node_id not in nodes:  # published before listing
+            self._own_entry_gone()
         remotes = {i: n for i, n in nodes.items() if i != self.local.node_id}
         for node_id in [i for i in self._remotes if i not in remotes]:
             self._remove(node_id)
@@ -184,7 +184,7 @@ class MeshController:
                 self._seen[event.node_id] = event.info
         if event.node_id == self.local.node_id:
             if event.info is None:
-                self._removed_by_operator()
+                self._own_entry_gone()
             return
         if event.info is None:
             self._remove(event.node_id)
@@ -192,6 +192,18 @@ class MeshController:
         old = self._remotes.get(event.node_id)
         if old is None or old.info != event.info or old.state != "programmed":
             self._program(event.info, old.info if old else None)
+
+    def _own_entry_gone(self) -> None:
+        """This node's entry is gone: an operator's `node remove` (its removal mark is there),
+        or else etcd lost it, e.g. wiped and written to by other agents since, so that its
+        revision did not go back: then this node publishes itself again (agent/binding
+        re-binds its ID the same way)."""
+        if self.registry.removal_marked(self.local.name):
+            self._removed_by_operator()
+            return
+        log.warning("this node's registry entry is gone without a removal mark (etcd lost "
+                    "data?): publishing it again")
+        self.registry.publish(self.local)
 
     def _removed_by_operator(self) -> None:
         """The operator removed this node (with --force, as it was live): its node ID may go

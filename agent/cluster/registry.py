@@ -171,6 +171,11 @@ class Registry(Store):
         ]
         return self._txn(f"remove node {node_name}", compare, ops)
 
+    def removal_marked(self, node_name: str) -> bool:
+        """Whether an operator removed the node: `delete_node` and `release_node_id` leave the
+        mark in the same transaction, so an entry gone without it is data etcd lost."""
+        return self._get(self._node_removed_key(node_name))[0] is not None
+
     def node_id_of(self, node_name: str) -> int | None:
         return self.node_ids().get(node_name)
 

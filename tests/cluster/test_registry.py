@@ -198,3 +198,24 @@ def _entries(registry: Registry) -> dict[int, NodeInfo]:
         return registry.entries()[0]
     except CniError:
         return {}
+
+
+def test_own_entry_gone_without_a_removal_mark_is_published_again() -> None:
+    """This node's entry vanishes without the mark `node remove` leaves (etcd lost it; e.g.
+    wiped and written past this agent's revision by others, so the revision did not go back):
+    data loss, not an operator's removal: published again, the agent keeps taking pods."""
+    with EtcdServer() as etcd:
+        registry = Registry(etcd.endpoints, "/lost-entry-test/")
+        try:
+            mesh = FakeMesh({})
+            controller = MeshController(registry, info(1), mesh, resync=30, retry=0.2)
+            controller.start()
+            try:
+                wait(lambda: 1 in _entries(registry), "this node published")
+                registry._client.delete(registry._entry_key(1))  # lost, no removal mark
+                wait(lambda: 1 in _entries(registry), "this node published again")
+                assert not controller.removed.is_set()
+            finally:
+                controller.stop()
+        finally:
+            registry.close()
