@@ -68,19 +68,10 @@ def agent_view(node: FaultNode) -> tuple[list[dict[str, Any]], dict[str, Any], l
 
 
 def links_settled(node: FaultNode, timeout: float = 10.0) -> list[str]:
-    """Waits until the agent has deleted the links of the DELs it answered (its
-    vswitch_cni_pending_link_deletes gauge is 0); a problem line when it does not."""
-    deadline = time.monotonic() + timeout
-    value = ""
-    while time.monotonic() < deadline:
-        status, text = node.running.get("/metrics")
-        lines = str(text).splitlines() if status == 200 else []
-        found = [line for line in lines if line.startswith("vswitch_cni_pending_link_deletes ")]
-        value = found[0].split()[1] if found else "missing"
-        if value in ("0", "0.0"):
-            return []
-        time.sleep(0.05)
-    return [f"the agent still has link deletes pending after {timeout:.0f} s ({value})"]
+    """Waits until the agent has deleted the links of the DELs it answered; a problem line
+    when it does not."""
+    pending = node.running.links_settled(timeout)
+    return [pending] if pending else []
 
 
 def problems(node: FaultNode, reach: bool = True) -> list[str]:

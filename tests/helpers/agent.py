@@ -62,6 +62,22 @@ class AgentHandle:
         assert status == 200, body
         return {ip.split("/")[0] for ip in body["allocations"]}
 
+    def links_settled(self, timeout: float = 10.0) -> str:
+        """Waits until the agent has deleted the links of the DELs it answered (the kernel
+        dataplane deletes a DEL's veth in the background, down and unrouted already): its
+        vswitch_cni_pending_link_deletes gauge is 0. Returns "" or what is still pending."""
+        deadline = time.monotonic() + timeout
+        value = ""
+        while time.monotonic() < deadline:
+            status, text = self.get("/metrics")
+            lines = str(text).splitlines() if status == 200 else []
+            found = [ln for ln in lines if ln.startswith("vswitch_cni_pending_link_deletes ")]
+            value = found[0].split()[1] if found else "missing"
+            if value in ("0", "0.0"):
+                return ""
+            time.sleep(0.05)
+        return f"the agent still has link deletes pending after {timeout:.0f} s ({value})"
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 

@@ -80,6 +80,8 @@ class Node:
         found += [f"agent record {p['container_id']}" for p in pods["pods"]]
         found += [f"agent allocation {ip}" for ip in self.agent.allocated()]
         found += [f"etcd key {k}" for k in self.etcd_keys("pods/") + self.etcd_keys("ipam/")]
+        pending = self.agent.links_settled()  # a DEL's veth goes in the background
+        found += [pending] if pending else []
         found += [f"host link {name}" for name in self.host_links()]
         return found
 
