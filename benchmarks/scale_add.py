@@ -12,13 +12,29 @@ Run by benchmarks.run for the kernel dataplane and, when VPP is reachable, for V
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
+import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.cni_bench import quiet_delete
-from benchmarks.harness import CniNetwork, Namespaces, Pod
+from benchmarks.harness import (
+    CniNetwork,
+    Namespaces,
+    Pod,
+    PodSubnets,
+    agent_running,
+    bench_agent_config,
+    ours_network,
+    plugin_bin_dir,
+    remove_agent_links,
+)
 from benchmarks.stats import Summary
+from tests.helpers.etcd import EtcdServer
+from tests.libcni import DEFAULT_BUILD_DIR, build_driver
 
 
 @dataclass(frozen=True)
@@ -107,22 +123,6 @@ def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int,
 def main() -> None:
     """Alone: python3 -m benchmarks.scale_add [--live N] [--measured M] (VPP too when
     VSWITCH_TEST_VPP_SOCKET names a running VPP's API socket)."""
-    import argparse
-    import shutil
-    import tempfile
-    from contextlib import ExitStack
-
-    from benchmarks.harness import (
-        PodSubnets,
-        agent_running,
-        bench_agent_config,
-        ours_network,
-        plugin_bin_dir,
-        remove_agent_links,
-    )
-    from tests.helpers.etcd import EtcdServer
-    from tests.libcni import DEFAULT_BUILD_DIR, build_driver
-
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--live", type=int, default=100)
     parser.add_argument("--measured", type=int, default=30)

@@ -28,20 +28,14 @@ from tests.helpers.cluster import (
     Cluster,
     Node,
     Pod,
+    assert_pods_talk,
     converged,
     mentions,
     mesh_view,
-    ping,
     sh,
+    unreachable,
     wait_for,
 )
-from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
-
-
-def unreachable(sources: list[Pod], targets: list[Pod]) -> list[str]:
-    """Every (source, address) pair that does not answer a ping, both families."""
-    return [f"{a.name}@{a.node.name} -> {ip}@{b.node.name}"
-            for a in sources for b in targets if a is not b for ip in b.ips if not ping(a, ip)]
 
 
 def test_three_nodes_mesh_join_and_removal(
@@ -54,18 +48,7 @@ def test_three_nodes_mesh_join_and_removal(
         assert all(len(p.ips) == 2 for p in pods), [p.ips for p in pods]
         assert unreachable(pods, pods) == []
 
-        a, c = pods[0], pods[4]  # node-1 and node-3
-        for family in (0, 1):  # 1 MiB of TCP and 20 UDP datagrams, the source kept (no NAT)
-            with Server(c.netns, "tcp", c.ips[family], 7777):
-                sent = tcp_transfer(a.netns, c.ips[family], 7777)
-                assert sent.ok and sent.source == a.ips[family], sent
-            with Server(a.netns, "udp", a.ips[family], 7778):
-                got = udp_exchange(c.netns, a.ips[family], 7778)
-                assert got.ok and got.source == c.ips[family], got
-        # pod MTU 1450: 1422 bytes of ICMP payload + 28 of headers (IPv6: 1402 + 48)
-        assert ping(a, c.ips[0], size=1422, df=True)
-        assert ping(a, c.ips[1], size=1402, df=True)
-        assert not ping(a, c.ips[0], size=1423, df=True)
+        assert_pods_talk(pods[0], pods[4])  # node-1 and node-3
 
         fourth = cluster.add_node(start=False)
         fourth.start_agent()

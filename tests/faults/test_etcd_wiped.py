@@ -60,16 +60,23 @@ def node_id(node: FaultNode) -> int:
     return int(body["nodeId"])
 
 
-def test_etcd_wiped_under_two_running_nodes(etcd: EtcdServer, make_node: NodeFactory) -> None:
+def two_nodes_with_pods(make_node: NodeFactory, etcd: EtcdServer, pods: int) -> list[FaultNode]:
+    """Two running agents of one cluster, `pods` pods added on each."""
     first = member(make_node, etcd)
     first.start()
     second = member(make_node, etcd, first)
     second.start()
-    nodes = [first, second]
-    for node in nodes:
-        for _ in range(3):
+    for node in (first, second):
+        for _ in range(pods):
             added = node.add(node.new_pod())
             assert added.ok, str(added)
+    return [first, second]
+
+
+def test_etcd_wiped_under_two_running_nodes(etcd: EtcdServer, make_node: NodeFactory) -> None:
+    nodes = two_nodes_with_pods(make_node, etcd, 3)
+    first = nodes[0]
+    for node in nodes:
         assert_converged(node, "before the wipe")
     ids = [node_id(n) for n in nodes]
     assert len(set(ids)) == 2
@@ -98,15 +105,7 @@ def test_etcd_wiped_under_two_running_nodes(etcd: EtcdServer, make_node: NodeFac
 
 
 def test_etcd_wiped_while_both_agents_are_down(etcd: EtcdServer, make_node: NodeFactory) -> None:
-    first = member(make_node, etcd)
-    first.start()
-    second = member(make_node, etcd, first)
-    second.start()
-    nodes = [first, second]
-    for node in nodes:
-        for _ in range(2):
-            added = node.add(node.new_pod())
-            assert added.ok, str(added)
+    nodes = two_nodes_with_pods(make_node, etcd, 2)
     ids = [node_id(n) for n in nodes]
     for node in nodes:
         node.kill()

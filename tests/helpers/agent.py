@@ -33,6 +33,18 @@ from tests.helpers.etcd import free_port
 AGENT = [sys.executable, "-m", "agent.main"]
 
 
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
+    """Sends `sig` to a running agent, waits up to 30 s (then kills it); its exit code."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
 @dataclass
 class AgentHandle:
     process: subprocess.Popen[bytes]
@@ -96,14 +108,7 @@ class AgentHandle:
         raise RuntimeError(f"agent not ready after {timeout}s:\n{self.log()}")
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, sig)
 
 
 def agent_config(

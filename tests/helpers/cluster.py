@@ -34,7 +34,9 @@ from typing import Any, TypeVar
 
 import yaml
 
+from tests.helpers.agent import stop_process
 from tests.helpers.netns import NodeExecutor, unique
+from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -156,13 +158,8 @@ class Node:
         return int(body["nodeId"])
 
     def stop_agent(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            stop_process(self.process, sig)
         self.process = None
 
     def operator(self, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -381,3 +378,26 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
         time.sleep(0.1)
     return time.monotonic() - started
 
+
+
+def unreachable(sources: list[Pod], targets: list[Pod]) -> list[str]:
+    """Every (source, address) pair that does not answer a ping, both families."""
+    return [f"{a.name}@{a.node.name} -> {ip}@{b.node.name}"
+            for a in sources for b in targets if a is not b for ip in b.ips if not ping(a, ip)]
+
+
+def assert_pods_talk(a: Pod, b: Pod) -> None:
+    """What users send between two pods of a 1450-MTU mesh, both families: 1 MiB of TCP from a
+    to b and 20 UDP datagrams from b to a, each arriving with its sender's address (no NAT),
+    and a full-MTU ping with DF set crossing while one byte more does not."""
+    for family in (0, 1):
+        with Server(b.netns, "tcp", b.ips[family], 7777):
+            sent = tcp_transfer(a.netns, b.ips[family], 7777)
+            assert sent.ok and sent.source == a.ips[family], sent
+        with Server(a.netns, "udp", a.ips[family], 7778):
+            got = udp_exchange(b.netns, a.ips[family], 7778)
+            assert got.ok and got.source == b.ips[family], got
+    # pod MTU 1450: 1422 bytes of ICMP payload + 28 of headers (IPv6: 1402 + 48)
+    assert ping(a, b.ips[0], size=1422, df=True)
+    assert ping(a, b.ips[1], size=1402, df=True)
+    assert not ping(a, b.ips[0], size=1423, df=True)

@@ -38,7 +38,7 @@ class VethAfPacket:
         if not self.pod_tso4:
             self._tso4_off(pod)
         sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
-        undo.push(f"delete af_packet {host}", lambda: self._delete_afpacket(host))
+        undo.push(f"delete af_packet {host}", lambda: afpacket.delete(self.api, host))
         # Tagged first, so that even a half-wired interface is found again by its owner.
         set_tag(self.api, sw_if_index, tag)
         return Port(sw_if_index, host, pod_mac, vpp_mac)
@@ -61,15 +61,11 @@ class VethAfPacket:
         if not netlink.link_exists(host):
             return None
         vpp_mac = names.vpp_mac(pod.key)
-        self._delete_afpacket(host)
+        afpacket.delete(self.api, host)  # a binding the restart left (none: nothing to do)
         sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
-        undo.push(f"delete af_packet {host}", lambda: self._delete_afpacket(host))
+        undo.push(f"delete af_packet {host}", lambda: afpacket.delete(self.api, host))
         set_tag(self.api, sw_if_index, tag)
         return Port(sw_if_index, host, names.pod_mac(pod.key), vpp_mac)
-
-    def _delete_afpacket(self, host: str) -> None:
-        if host in afpacket.dump(self.api):
-            afpacket.delete(self.api, host)
 
     def vpp_name(self, pod: PodNetwork) -> str | None:
         return afpacket.vpp_name(names.veth_host_ifname(pod.key))
@@ -77,7 +73,7 @@ class VethAfPacket:
     def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         host = names.veth_host_ifname(pod.key)
         try:
-            if sw_if_index is not None:  # no dump of every AF_PACKET interface: named above
+            if sw_if_index is not None:
                 afpacket.delete(self.api, host)
         finally:
             # The kernel half goes even when VPP is unreachable: a leftover VPP interface is
