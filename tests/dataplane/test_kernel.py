@@ -92,6 +92,7 @@ def test_proc_pid_netns_pod(node_ns: str, dp: KernelDataplane, subnets: Subnets)
         assert ping(path, str(pod.gateways[0])) and ping(path, str(pod.gateways[1]))
         assert podside.check(pod, wiring.gateway_mac, wiring.pod_mac) == []
         dp.detach(pod, wiring)
+        dp.reaper.drain()  # the background delete, done
         assert "eth0" not in run_in(path, "ip", "link").stdout
 
 
