@@ -50,7 +50,7 @@ lint-only:
 # Removes everything set-up (and the tests' driver build) made in this checkout. The system
 # packages stay; the README names them for `apt-get remove`.
 clean-setup:
-	rm -rf $(VENV) .cache tests/libcni/bin *.egg-info
+	rm -rf $(VENV) .cache testbed/libcni/bin *.egg-info
 
 # The proof that set-up and the suite work on a fresh Debian 12: `make setup && make test` in a
 # new debootstrap'ed bookworm root (slow: builds the root once; see .ci/fresh-debian).

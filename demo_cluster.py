@@ -1,7 +1,7 @@
 """The main job as a cluster on one machine: three nodes, two pods each, pinging across nodes.
 
 `python3 -m demo_cluster` (what `make demo` runs; `python3 -m demo` is the one-node demo) builds
-the environment of tests/helpers/cluster.py: a fabric namespace with a bridge and etcd on it,
+the test bed's cluster (testbed/cluster.py): a fabric namespace with a bridge and etcd on it,
 three node namespaces with an uplink into the bridge and their own `vswitch-agent` (kernel
 dataplane, VXLAN mesh between the nodes), and two dual-stack pods per node ADDed through the real
 `vswitch-cni` executable with that node's socket. It pings every pod from every other pod across
@@ -21,7 +21,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from tests.helpers.cluster import Cluster, Node, Pod, converged, ping, sh, wait_for
+from testbed import tools
+from testbed.cluster import Cluster, Node, Pod, converged, ping, sh, wait_for
 
 NODES = 3
 PODS_PER_NODE = 2
@@ -99,6 +100,10 @@ def main() -> int:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the demo creates network namespaces: run it as root")
+    try:
+        tools.plugin()  # before anything is built: say what to run if set-up is missing
+    except tools.NotInstalled as exc:
+        raise SystemExit(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="vswitch-cluster-demo-") as workdir:
         ok = run(Path(workdir), args.once)
     print("\nall pods reached each other across nodes" if ok else "\nsome pings FAILED")

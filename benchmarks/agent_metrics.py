@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tests.helpers.agent import AgentHandle
+from testbed.agent import AgentHandle
 
 _LINE = re.compile(r'^(?P<name>[a-z_]+)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$')
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

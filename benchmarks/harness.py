@@ -34,8 +34,8 @@ import yaml
 from pyroute2 import IPRoute, netns
 
 from agent.install_files import SHEBANG_FLAGS, build_plugin
-from tests.helpers.agent import AgentHandle, agent_config
-from tests.libcni import REFERENCE_PLUGINS, Libcni, unique
+from testbed.agent import AgentHandle, agent_config
+from testbed.libcni import REFERENCE_PLUGINS, Libcni, unique
 
 REPO = Path(__file__).resolve().parents[1]
 NETNS_DIR = Path("/run/netns")
@@ -80,7 +80,7 @@ class Namespaces:
 def bench_agent_config(
     tmp: Path, etcd_endpoints: list[str], pod_subnet: str, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """tests.helpers.agent's config (unique prefix, gateway, links), sized for 250+ pods."""
+    """testbed.agent's config (unique prefix, gateway, links), sized for 250+ pods."""
     config = agent_config(tmp, etcd_endpoints, pod_subnet=pod_subnet,
                           node_name=f"bench-{secrets.token_hex(4)}", extra_config=extra)
     # 'b' + 3 hex digits: no test agent ('t...') shares it, so the final sweep is ours alone
@@ -92,7 +92,7 @@ def bench_agent_config(
 
 def launch_agent(tmp: Path, config: dict[str, Any], name: str = "agent",
                  profile_to: Path | None = None) -> AgentHandle:
-    """Starts `vswitch-agent` (as tests.helpers.agent.start_agent, but at INFO, as deployed);
+    """Starts `vswitch-agent` (as testbed.agent.start_agent, but at INFO, as deployed);
     with `profile_to`, under cProfile writing there when the agent exits."""
     config_path = tmp / f"{name}.yaml"
     config_path.write_text(yaml.safe_dump(config))

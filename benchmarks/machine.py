@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness import REPO
-from tests.libcni import SID_ROOT
+from testbed.libcni import SID_ROOT
 
 
 def cpu_model() -> str:

@@ -2,7 +2,7 @@
 
     python3 -m benchmarks.mesh_scale [--nodes 1000] [--events 20] [--json FILE]
 
-The environment is the multi-node one of the tests (tests/helpers/cluster.py): a fabric namespace
+The environment is the multi-node one of the tests (testbed/cluster.py): a fabric namespace
 with etcd, one node namespace with its agent. The N other nodes are synthetic registry entries
 (node IDs 2..N+1, node IPs from 100.100.0.0/16 that nothing answers: the kernel programs FDB
 entries, neighbors and routes for them all the same), written by a helper process inside the
@@ -34,7 +34,7 @@ from agent.cluster.node import local_node
 from agent.cluster.registry import Registry
 from benchmarks.harness import REPO
 from ipam import IPAMConfig, node_networks
-from tests.helpers.cluster import ETCD_URL, Cluster, Node
+from testbed.cluster import ETCD_URL, Cluster, Node
 
 IPAM = {"PodSubnetCIDR": "10.128.0.0/9", "PodNetworkPrefixLen": 24,
         "VPPHostSubnetCIDR": "172.16.0.0/12", "VPPHostNetworkPrefixLen": 24,

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import zipapp
@@ -36,6 +35,7 @@ from agent.install_files import SHEBANG_FLAGS, build_plugin
 from benchmarks.harness import REPO, SYSTEM_PATH
 from benchmarks.stats import Summary
 from protos import cni_pb2, cni_pb2_grpc
+from testbed import tools
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 # issue #13's floor: the interpreter line the installer writes, doing nothing
@@ -92,9 +92,11 @@ def measure(argv: Sequence[str], count: int, env: dict[str, str] | None = None,
 
 
 def dev_console_script() -> str | None:
-    # the console script beside this interpreter, not a version manager's shim on PATH
-    beside = Path(sys.executable).parent / "vswitch-cni"
-    return str(beside) if beside.exists() else None
+    # the console script of this interpreter's environment (testbed.tools), never one on PATH
+    try:
+        return str(tools.plugin())
+    except tools.NotInstalled:
+        return None
 
 
 def run(count: int) -> dict[str, Summary]:

@@ -47,9 +47,9 @@ from benchmarks.harness import (
     vm_rss_bytes,
     wait_ready,
 )
-from tests.helpers.agent import AgentHandle
-from tests.helpers.etcd import EtcdServer
-from tests.libcni import DEFAULT_BUILD_DIR, build_driver
+from testbed.agent import AgentHandle
+from testbed.etcd import EtcdServer
+from testbed.libcni import DEFAULT_BUILD_DIR, build_driver
 
 IMPORT_ONLY = (
     "import agent.app, agent.dataplane.kernel, agent.main\n"

@@ -52,9 +52,9 @@ from benchmarks.harness import (
     remove_agent_links,
 )
 from benchmarks.report import OURS, REFERENCE, Results, render
-from tests.helpers.agent import AgentHandle
-from tests.helpers.etcd import EtcdCluster, EtcdServer
-from tests.libcni import DEFAULT_BUILD_DIR, build_driver
+from testbed.agent import AgentHandle
+from testbed.etcd import EtcdCluster, EtcdServer
+from testbed.libcni import DEFAULT_BUILD_DIR, build_driver
 
 DEFAULT_OUT = REPO / "BENCHMARKS.md"
 VPP_ENV = "VSWITCH_TEST_VPP_SOCKET"

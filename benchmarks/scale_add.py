@@ -33,8 +33,8 @@ from benchmarks.harness import (
     remove_agent_links,
 )
 from benchmarks.stats import Summary
-from tests.helpers.etcd import EtcdServer
-from tests.libcni import DEFAULT_BUILD_DIR, build_driver
+from testbed.etcd import EtcdServer
+from testbed.libcni import DEFAULT_BUILD_DIR, build_driver
 
 
 @dataclass(frozen=True)

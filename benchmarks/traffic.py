@@ -30,9 +30,8 @@ from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane
 from agent.dataplane.vpp.afpacket import RingOptions
 from agent.model import PodNetwork
-from tests.dataplane.pods import Subnets, started_driver, wire
-from tests.helpers.netns import entered, named_netns, run_in, unique
-from tests.vpp.conftest import pod as vpp_pod
+from testbed.netns import entered, named_netns, run_in, unique
+from testbed.pods import Subnets, started_driver, vpp_pod, wire
 
 VPP_ENV = "VSWITCH_TEST_VPP_SOCKET"
 VARIANTS = {  # name -> AF_PACKET options of a VPP setup (the first: the agent's defaults)

@@ -8,8 +8,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.helpers.etcd import EtcdServer
-from tests.helpers.netns import named_netns
+from testbed.etcd import EtcdServer
+from testbed.netns import named_netns
 
 
 @pytest.fixture(scope="session")

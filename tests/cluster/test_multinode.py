@@ -1,4 +1,4 @@
-"""Pods on different nodes reach each other: real agents in node namespaces (tests/helpers/cluster).
+"""Pods on different nodes reach each other: real agents in node namespaces (testbed/cluster).
 
 Test plan (each test builds its own cluster: fabric namespace, etcd, nodes; always removed):
 - three nodes x two dual-stack pods: every pod pings every other pod, IPv4 and IPv6; 1 MiB of TCP
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from tests.helpers.cluster import (
+from testbed.cluster import (
     Cluster,
     Node,
     Pod,

@@ -26,7 +26,7 @@ from agent.cluster.remove import RemoveRefused, remove_node
 from agent.errors import CniError
 from agent.model import PodRecord
 from ipam import IPAMConfig, node_networks
-from tests.helpers.etcd import EtcdServer
+from testbed.etcd import EtcdServer
 
 CFG = IPAMConfig()
 

@@ -18,16 +18,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
+from testbed import tools
 from tests.cni_client.scripted_agent import ScriptedAgent, cni_error, status_only
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
@@ -38,11 +37,10 @@ CHECKOUT = str(Path(__file__).resolve().parents[2])  # the plugin runs this chec
 
 
 def plugin_path() -> str:
-    beside = Path(sys.executable).parent / "vswitch-cni"
-    found = str(beside) if beside.exists() else shutil.which("vswitch-cni")
-    if not found:
-        pytest.fail("vswitch-cni is not installed: run `pip install -e .`", pytrace=False)
-    return found
+    try:
+        return str(tools.plugin())
+    except tools.NotInstalled as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 class Run:

@@ -1,6 +1,6 @@
 """Fixtures of the CNI conformance suites: the libcni driver, plugin dirs and network namespaces.
 
-The driver is built once per session into tests/libcni/bin/ (git-ignored, keyed by a digest of its
+The driver is built once per session into testbed/libcni/bin/ (git-ignored, keyed by a digest of its
 source, so later sessions reuse it). A missing Go toolchain or libcni source fails every test of
 the suite with the install hint: CI installs them, and a silently skipped conformance suite would
 hide a broken plugin.
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pyroute2 import netns
 
-from tests.libcni import (
+from testbed.libcni import (
     DEFAULT_BUILD_DIR,
     REFERENCE_PLUGINS,
     Libcni,

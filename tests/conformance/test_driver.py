@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.libcni import DEFAULT_BUILD_DIR, Libcni, build_driver
+from testbed.libcni import DEFAULT_BUILD_DIR, Libcni, build_driver
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from pyroute2 import IPRoute
 
-from tests.libcni import PORTMAP_CONF, TUNING_CONF, Libcni, is_promisc, nat_rules, unique
+from testbed.libcni import PORTMAP_CONF, TUNING_CONF, Libcni, is_promisc, nat_rules, unique
 
 ATTACH_VERSIONS = ["1.0.0", "1.1.0"]
 

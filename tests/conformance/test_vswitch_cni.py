@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
-import shutil
 import socket
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,8 +39,9 @@ from typing import Any
 import pytest
 from pyroute2 import IPRoute
 
-from tests.helpers.agent import AgentHandle, running_agent
-from tests.libcni import (
+from testbed import tools
+from testbed.agent import AgentHandle, running_agent
+from testbed.libcni import (
     PORTMAP_CONF,
     TUNING_CONF,
     DriverResult,
@@ -56,12 +55,10 @@ CHAINED_PLUGINS = ("portmap", "tuning")
 
 
 def _plugin_executable() -> Path:
-    # Prefer the console script of this interpreter over a version-manager shim found on PATH.
-    beside = Path(sys.executable).parent / "vswitch-cni"
-    found = str(beside) if beside.exists() else shutil.which("vswitch-cni")
-    if found is None:
-        pytest.fail("vswitch-cni is not installed: run `pip install -e .`", pytrace=False)
-    return Path(found).resolve()
+    try:
+        return tools.plugin().resolve()
+    except tools.NotInstalled as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from agent.dataplane.kernel import KernelDataplane
-from tests.dataplane.pods import Subnets, started_driver
-from tests.helpers.netns import entered, named_netns
+from testbed.netns import entered, named_netns
+from testbed.pods import Subnets, started_driver
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ import pytest
 
 from agent import hostnat
 from agent.dataplane.kernel import KernelDataplane
-from tests.dataplane.pods import Subnets, wire
-from tests.helpers.netns import named_netns, run_in, unique
-from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
+from testbed.netns import named_netns, run_in, unique
+from testbed.pods import Subnets, wire
+from testbed.traffic import Server, tcp_transfer, udp_exchange
 
 NODE4, OUT4 = "198.51.100.1", "198.51.100.2"  # TEST-NET-2, inside the test namespaces only
 NODE6, OUT6 = "2001:db8:51::1", "2001:db8:51::2"  # documentation prefix, likewise

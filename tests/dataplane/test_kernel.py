@@ -14,8 +14,8 @@ import pytest
 
 from agent import podside
 from agent.dataplane.kernel import KernelDataplane
-from tests.dataplane.pods import Subnets, wire
-from tests.helpers.netns import named_netns, ping, process_netns, run_in, unique
+from testbed.netns import named_netns, ping, process_netns, run_in, unique
+from testbed.pods import Subnets, wire
 
 
 def test_two_pods_reach_each_other_gateway_and_node(

@@ -17,8 +17,8 @@ from agent import podside
 from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
 from agent.errors import InternalError, InvalidConfig, InvalidEnvironment, PodSideFailure
-from tests.dataplane.pods import Subnets, wire
-from tests.helpers.netns import NodeExecutor, named_netns, ping, run_in, unique
+from testbed.netns import NodeExecutor, named_netns, ping, run_in, unique
+from testbed.pods import Subnets, wire
 
 
 def node_is_clean(node_ns: str, dp: KernelDataplane) -> None:

@@ -21,7 +21,7 @@ from agent.cluster.node import NodeInfo, local_node
 from agent.dataplane.kernel_mesh import KernelMesh
 from agent.errors import DataplaneFailure, InvalidConfig
 from ipam import IPAMConfig, node_networks
-from tests.helpers.netns import run_in
+from testbed.netns import run_in
 
 CFG = IPAMConfig.from_mapping({"PodSubnetV6CIDR": "fd00:10::/48"})[0]
 

@@ -18,7 +18,7 @@ from agent import netlink
 from agent.adding import netns_identity, netns_matches
 from agent.errors import InvalidEnvironment
 from agent.model import PodKey, PodRecord
-from tests.helpers.netns import named_netns, process_netns, run_in, unique
+from testbed.netns import named_netns, process_netns, run_in, unique
 
 
 def test_veth_into_named_netns(node_ns: str, pod_netns: str) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent import netlink, rtdump
-from tests.helpers.netns import named_netns, run_in
+from testbed.netns import named_netns, run_in
 
 PAIRS = 60
 

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from agent import netlink, rtnl
-from tests.helpers.netns import named_netns, run_in
+from testbed.netns import named_netns, run_in
 
 
 def link(netns: str, name: str) -> dict[str, object]:

@@ -28,8 +28,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from testbed.netns import ping, run_in
 from tests.faults.node import FaultNode, Pod, host_links, pod_has_interface
-from tests.helpers.netns import ping, run_in
 
 
 def _pod_addresses(pod: Pod) -> list[str] | None:

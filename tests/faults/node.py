@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.agent import (
+from testbed.agent import (
     AgentHandle,
     PluginResult,
     agent_config,
@@ -34,7 +34,7 @@ from tests.helpers.agent import (
     run_plugin,
     start_agent,
 )
-from tests.helpers.netns import unique
+from testbed.netns import unique
 
 NETNS_DIR = "/var/run/netns"
 START_ATTEMPTS = 3

@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 import pytest
 
+from testbed.agent import run_plugin
 from tests.faults.invariants import assert_converged, problems, wait_converged
 from tests.faults.node import FaultNode, Pod
-from tests.helpers.agent import run_plugin
 
 NodeFactory = Callable[..., FaultNode]
 WAYS = ("agent down", "del:detach")

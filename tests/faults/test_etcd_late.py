@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.etcd import EtcdServer
 from tests.faults.invariants import assert_converged, wait_converged
 from tests.faults.node import FaultNode
 from tests.faults.test_etcd_outage import wait_ready
-from tests.helpers.etcd import EtcdServer
 
 NodeFactory = Callable[..., FaultNode]
 

@@ -1,6 +1,6 @@
 """etcd stopped (SIGKILL) and started again under a running agent: ADD fails fast, DEL still works.
 
-Each test runs its own single-member etcd (tests/helpers/etcd), never the session's, and
+Each test runs its own single-member etcd (testbed/etcd), never the session's, and
 restarts it on the same ports and data dir, so the agent sees the same store come back.
 
 Plan:
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed.etcd import EtcdServer
 from tests.faults.invariants import assert_converged, links_settled, wait_converged
 from tests.faults.node import FaultNode, Pod, host_links, pod_has_interface
 from tests.faults.seed import SEED_ENV
 from tests.faults.trials import describe, in_flight, plan, retry, settle, top_up
-from tests.helpers.etcd import EtcdServer
 
 NodeFactory = Callable[..., FaultNode]
 ADD_DEADLINE = 3.0  # the agent's 2 s etcd deadline plus the plugin's exec, on a loaded machine

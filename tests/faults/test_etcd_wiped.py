@@ -30,12 +30,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agent.store import Store
+from testbed.etcd import EtcdServer
+from testbed.netns import ping
 from tests.faults.invariants import assert_converged, wait_converged
 from tests.faults.node import FaultNode
 from tests.faults.test_etcd_late import wait_stopped
 from tests.faults.test_etcd_outage import wait_ready
-from tests.helpers.etcd import EtcdServer
-from tests.helpers.netns import ping
 
 NodeFactory = Callable[..., FaultNode]
 

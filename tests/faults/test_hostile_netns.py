@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.agent import AgentHandle, PluginResult, net_config, run_plugin, running_agent
+from testbed.agent import AgentHandle, PluginResult, net_config, run_plugin, running_agent
 
 WORKERS = 2
 

@@ -1,4 +1,4 @@
-"""Nodes of the one-machine cluster (tests/helpers/cluster.py) with `Dataplane: vpp`: one VPP per
+"""Nodes of the one-machine cluster (testbed/cluster.py) with `Dataplane: vpp`: one VPP per
 node namespace, a fake one (tests/fakevpp, CI) or a real one (started by a command of the
 machine's, named in the environment).
 
@@ -25,8 +25,8 @@ from typing import Any
 from agent.dataplane.vpp import interfaces, ip, neighbors
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.mesh import BVI_TAG, VppMesh
+from testbed.cluster import Cluster, Node, sh
 from tests.fakevpp import API_DIR, FakeVPP
-from tests.helpers.cluster import Cluster, Node, sh
 
 START = os.environ.get("VSWITCH_TEST_VPP_START", "")
 STOP = os.environ.get("VSWITCH_TEST_VPP_STOP", "")

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers.agent import net_config, run_plugin, running_agent
+from testbed.agent import net_config, run_plugin, running_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.helpers.agent import (
+from testbed.agent import (
     AgentHandle,
     agent_config,
     net_config,
@@ -29,8 +29,8 @@ from tests.helpers.agent import (
     running_agent,
     start_agent,
 )
-from tests.helpers.etcd import EtcdServer
-from tests.helpers.netns import ping
+from testbed.etcd import EtcdServer
+from testbed.netns import ping
 
 SUBNET = "10.236.0.0/16"
 

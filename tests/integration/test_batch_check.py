@@ -21,8 +21,8 @@ import pytest
 from agent import netlink
 from agent.pods import PodManager
 from agent.reconcile import reconcile
-from tests.helpers.etcd import EtcdServer
-from tests.helpers.netns import run_in
+from testbed.etcd import EtcdServer
+from testbed.netns import run_in
 from tests.integration.lifecycle import host_link, managers, request
 
 SUBNET = "10.235.0.0/16"

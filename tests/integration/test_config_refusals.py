@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers.agent import AGENT, agent_config, start_agent
+from testbed.agent import AGENT, agent_config, start_agent
 
 CASES: list[tuple[str, Any]] = [
     ("EtcdEndpoints", ["https://127.0.0.1:2379"]),

@@ -29,7 +29,7 @@ import pytest
 from agent.dataplane.kernel import KernelDataplane
 from agent.model import PodRecord
 from agent.pods import PodManager
-from tests.helpers.netns import ping
+from testbed.netns import ping
 from tests.integration.lifecycle import host_link, in_use, link_live, managers, request
 
 SUBNET = "10.238.0.0/16"

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from protos import cni_pb2, cni_pb2_grpc
-from tests.helpers.agent import AgentHandle, running_agent
+from testbed.agent import AgentHandle, running_agent
 
 SUBNET = "10.234.0.0/16"
 CONFIG = json.dumps({"cniVersion": "0.3.1", "name": "k8s-pod-network", "type": "contiv-cni"})

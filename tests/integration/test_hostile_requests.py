@@ -24,7 +24,7 @@ import grpc
 import pytest
 
 from protos import cni_pb2, cni_pb2_grpc
-from tests.helpers.agent import AgentHandle, net_config, run_plugin, running_agent
+from testbed.agent import AgentHandle, net_config, run_plugin, running_agent
 
 CONFIG = {"cniVersion": "1.1.0", "name": "hostile", "type": "vswitch-cni"}
 

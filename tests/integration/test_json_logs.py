@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers.agent import net_config, run_plugin, running_agent
+from testbed.agent import net_config, run_plugin, running_agent
 
 POD_ARGS = "K8S_POD_NAMESPACE=shop;K8S_POD_NAME=cart-7"
 

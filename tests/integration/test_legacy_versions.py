@@ -19,7 +19,7 @@ import pytest
 from agent.errors import IncompatibleVersion
 from agent.request import parse
 from protos import cni_pb2, cni_pb2_grpc
-from tests.helpers.agent import AgentHandle, running_agent
+from testbed.agent import AgentHandle, running_agent
 
 
 @pytest.fixture(scope="module")

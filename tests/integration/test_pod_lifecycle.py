@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.agent import AgentHandle, net_config, run_plugin, running_agent
-from tests.helpers.netns import ping, process_netns
+from testbed.agent import AgentHandle, net_config, run_plugin, running_agent
+from testbed.netns import ping, process_netns
 
 SUBNET = "10.233.0.0/16"
 

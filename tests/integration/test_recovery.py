@@ -32,8 +32,8 @@ from agent.model import PodRecord
 from agent.pods import PodManager
 from agent.reconcile import reconcile
 from cni_client.journal import journal_delete
-from tests.helpers.etcd import EtcdServer
-from tests.helpers.netns import ping
+from testbed.etcd import EtcdServer
+from testbed.netns import ping
 from tests.integration.lifecycle import host_link, in_use, link_live, managers, request
 
 SUBNET = "10.236.0.0/16"

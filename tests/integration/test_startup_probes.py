@@ -12,8 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.helpers.agent import AgentHandle, agent_config, start_agent
-from tests.helpers.etcd import free_port
+from testbed.agent import AgentHandle, agent_config, start_agent
+from testbed.etcd import free_port
 
 
 def wait_for_rest(agent: AgentHandle, timeout: float = 30.0) -> None:

@@ -22,7 +22,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.helpers.netns import named_netns, unique
+from testbed.netns import named_netns, unique
 from tests.k8s_tier import deploy
 from tests.k8s_tier.kube import Kube, wait_for
 from tests.k8s_tier.tier import OUTSIDE_IP, OUTSIDE_NODE_IP, Tier

@@ -24,7 +24,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers.traffic import Server
+from testbed.traffic import Server
 from tests.k8s_tier.conftest import KUBECONFIG
 from tests.k8s_tier.deploy import APP, NAMESPACE
 from tests.k8s_tier.kube import wait_for

@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from tests.helpers.netns import entered
+from testbed.netns import entered
 from tests.k8s_tier.deploy import APP, NAMESPACE, PORT
 from tests.k8s_tier.kube import Kube, wait_for
 

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from benchmarks import agent_metrics
-from tests.helpers.agent import AgentHandle, net_config, run_plugin, running_agent
+from testbed.agent import AgentHandle, net_config, run_plugin, running_agent
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 PHASES = ("allocate", "record", "wire", "podside", "commit")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pyetcd
 import pytest
 
+from testbed.agent import AgentHandle, running_agent
 from tests.helpers import conflist
-from tests.helpers.agent import AgentHandle, running_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_SOURCE = Path("/usr/lib/cni")  # Debian's containernetworking-plugins (portmap, loopback)

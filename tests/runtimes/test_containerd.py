@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.etcd import free_port
+from testbed.etcd import free_port
 from tests.runtimes import image
 from tests.runtimes.conftest import Node, cached_results, require, unavailable
 from tests.runtimes.containerd import SANDBOX_IMAGE, Containerd, RuntimeUnavailable

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.etcd import free_port
 from tests.helpers import conflist
-from tests.helpers.etcd import free_port
 from tests.runtimes import image
 from tests.runtimes.conftest import Node, cached_results, require, unavailable
 from tests.runtimes.containerd import unmount_under

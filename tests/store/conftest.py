@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent.store import Store
-from tests.helpers.etcd import EtcdCluster, EtcdServer
+from testbed.etcd import EtcdCluster, EtcdServer
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from agent.model import PodRecord
 from agent.nodes import NodeIdentity, release
 from agent.store import Binding, Store
 from ipam import IPAMConfig
-from tests.helpers.etcd import EtcdCluster, EtcdServer
+from testbed.etcd import EtcdCluster, EtcdServer
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

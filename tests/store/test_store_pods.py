@@ -26,7 +26,7 @@ from pyetcd import MultiEndpointEtcd3Client
 from agent.errors import InvalidConfig, IOFailure, IPAMFailure, TryAgainLater, UnknownContainer
 from agent.model import PodKey, PodRecord
 from agent.store import Store, parse_endpoint
-from tests.helpers.etcd import EtcdServer
+from testbed.etcd import EtcdServer
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from agent.dataplane.vpp import VppConfig, VppDataplane
-from agent.model import PodKey, PodNetwork
+from testbed.netns import entered, named_netns
 from tests.fakevpp import API_DIR, FakeVPP
-from tests.helpers.netns import entered, named_netns, unique
 
 
 @pytest.fixture
@@ -109,13 +108,3 @@ def driver_factory(fake: FakeVPP) -> Iterator[Callable[..., VppDataplane]]:
         for dp in made:
             dp.close()
 
-
-def pod(netns: str, address: str, ifname: str = "eth0") -> PodNetwork:
-    addr = ipaddress.ip_interface(address)
-    return PodNetwork(
-        key=PodKey(unique("ctr") + "x" * 40, ifname),
-        netns=netns,
-        addresses=(addr,),
-        gateways=(ipaddress.ip_address("10.1.1.1"),),
-        mtu=1450,
-    )

@@ -28,8 +28,7 @@ import pytest
 from agent.dataplane.vpp import names
 from agent.model import PodKey
 from benchmarks import agent_metrics
-from tests.fakevpp import API_DIR, FakeVPP
-from tests.helpers.agent import (
+from testbed.agent import (
     AgentHandle,
     agent_config,
     net_config,
@@ -37,6 +36,7 @@ from tests.helpers.agent import (
     running_agent,
     start_agent,
 )
+from tests.fakevpp import API_DIR, FakeVPP
 from tests.vpp.conftest import serving_fake
 
 SUBNET = "10.237.0.0/16"

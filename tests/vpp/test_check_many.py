@@ -18,9 +18,9 @@ from agent.pods import PodManager
 from agent.pools import Pools
 from agent.request import CniRequest
 from ipam import IPAMConfig, node_networks
+from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
 from tests.helpers.memstore import MemoryStore
-from tests.vpp.conftest import pod
 
 
 def test_batch_answers_what_check_answers(

@@ -22,8 +22,8 @@ from agent import netlink
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, names
 from agent.errors import DataplaneFailure, TryAgainLater
+from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
-from tests.vpp.conftest import pod
 
 Factory = Callable[..., VppDataplane]
 

@@ -24,8 +24,8 @@ from agent import netlink
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, afpacket, base, names
 from agent.errors import DataplaneFailure, InvalidConfig
+from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
-from tests.vpp.conftest import pod
 
 Factory = Callable[..., VppDataplane]
 DUAL = (ipaddress.ip_interface("10.1.1.1/24"), ipaddress.ip_interface("fd00:1:1::1/64"))

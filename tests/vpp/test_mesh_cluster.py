@@ -1,4 +1,4 @@
-"""The node mesh with `Dataplane: vpp`: real agents in node namespaces (tests/helpers/cluster.py),
+"""The node mesh with `Dataplane: vpp`: real agents in node namespaces (testbed/cluster.py),
 each node with its own VPP: fake ones everywhere (CI), real ones where the machine can start them
 (marker `vpp`; tests/helpers/vpp_nodes.py names the environment variables).
 
@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from agent import ethtool
-from tests.helpers.cluster import (
+from testbed.cluster import (
     Cluster,
     Node,
     Pod,
@@ -45,8 +45,8 @@ from tests.helpers.cluster import (
     unreachable,
     wait_for,
 )
-from tests.helpers.netns import unique
-from tests.helpers.traffic import Server, tcp_transfer
+from testbed.netns import unique
+from testbed.traffic import Server, tcp_transfer
 from tests.helpers.vpp_nodes import REAL_VPP, VppNodes, linux_routes, naming, vpp_view
 
 

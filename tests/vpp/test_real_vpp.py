@@ -31,9 +31,9 @@ from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane, interfaces, ip, names, neighbors
 from agent.errors import DataplaneFailure
 from agent.model import PodNetwork
-from tests.helpers.netns import named_netns, ping, run_in, unique
-from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
-from tests.vpp.conftest import pod
+from testbed.netns import named_netns, ping, run_in, unique
+from testbed.pods import vpp_pod as pod
+from testbed.traffic import Server, tcp_transfer, udp_exchange
 
 SOCKET = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
 pytestmark = [

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from agent.dataplane.vpp import VppConfig, VppDataplane
-from tests.helpers.agent import AgentHandle, net_config, run_plugin, running_agent
-from tests.helpers.netns import ping
-from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
+from testbed.agent import AgentHandle, net_config, run_plugin, running_agent
+from testbed.netns import ping
+from testbed.traffic import Server, tcp_transfer, udp_exchange
 
 SOCKET = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
 RESTART = os.environ.get("VSWITCH_TEST_VPP_RESTART", "")

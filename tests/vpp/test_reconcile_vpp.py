@@ -21,9 +21,9 @@ from agent.pools import Pools
 from agent.reconcile import reconcile
 from agent.request import CniRequest
 from ipam import IPAMConfig, node_networks
+from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
 from tests.helpers.memstore import MemoryStore
-from tests.vpp.conftest import pod
 
 CONTAINER = "a" * 64  # a real runtime's container ID length
 

@@ -1,6 +1,6 @@
 """vswitchctl against real agents and a real etcd: a two-node cluster of namespaces.
 
-Test plan (one cluster, tests/helpers/cluster; vswitchctl runs inside node-1's namespace with
+Test plan (one cluster, testbed/cluster; vswitchctl runs inside node-1's namespace with
 node-1's config file, as an operator on that node would):
 - `nodes`: table, JSON and YAML list both nodes with their registry entries, and each agent reports
   the mesh to the other programmed; `--etcd URL` without a config gives the same nodes.
@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from tests.helpers.cluster import ETCD_URL, REPO, Cluster, Node, converged, in_netns, wait_for
+from testbed.cluster import ETCD_URL, Cluster, Node, converged, in_netns, wait_for
+from testbed.tools import REPO
 
 
 def ctl(node: Node, *argv: str, config: bool = True) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,12 +33,14 @@ from typing import Any, TypeVar
 
 import yaml
 
-from tests.helpers.agent import stop_process
-from tests.helpers.netns import NodeExecutor, unique
-from tests.helpers.traffic import Server, tcp_transfer, udp_exchange
+from testbed import tools
+from testbed.agent import stop_process
+from testbed.netns import NodeExecutor, unique
+from testbed.netns import ping as netns_ping
+from testbed.tools import REPO
+from testbed.traffic import Server, tcp_transfer, udp_exchange
 
 T = TypeVar("T")
-REPO = Path(__file__).resolve().parents[2]
 FABRIC_IP = "192.168.16.254"
 ETCD_URL = f"http://{FABRIC_IP}:2379"
 POD_V4 = "10.1.0.0/16"
@@ -189,10 +190,8 @@ class Node:
                "CNI_CONTAINERID": pod.name, "CNI_NETNS": pod.netns, "CNI_IFNAME": "eth0",
                "CNI_PATH": "/usr/lib/cni",
                "CNI_ARGS": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod.name}"}
-        exe = shutil.which("vswitch-cni")
-        assert exe is not None, "vswitch-cni is not installed (pip install -e .)"
-        return subprocess.run([exe], input=json.dumps(netconf), env=env, capture_output=True,
-                              text=True, check=False, timeout=60)
+        return subprocess.run([str(tools.plugin())], input=json.dumps(netconf), env=env,
+                              capture_output=True, text=True, check=False, timeout=60)
 
     def mesh_state(self) -> dict[str, list[str]]:
         """What this node's kernel holds for the mesh: routes (proto 118), FDB and neighbors
@@ -361,12 +360,9 @@ def mentions(node: Node, other: Node, other_id: int) -> list[str]:
 
 
 def ping(pod: Pod, address: str, size: int | None = None, df: bool = False) -> bool:
-    argv = ["ip", "netns", "exec", pod.name, "ping", "-c1", "-W2"]
-    if size is not None:
-        argv += ["-s", str(size)]
-    if df:
-        argv += ["-M", "do"]
-    return subprocess.run([*argv, address], capture_output=True, check=False).returncode == 0
+    """One echo from `pod` (testbed.netns.ping without retries: the mesh tests also expect
+    silence, and a wait of 2 s per pair is enough on a converged mesh)."""
+    return netns_ping(pod.netns, address, size=size, df=df, retry=False)
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:

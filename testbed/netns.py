@@ -103,11 +103,14 @@ def run_in(path: str, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def ping(path: str, address: str) -> bool:
-    """A ping from inside `path` to `address` (an address of a test namespace only) answered.
-    A lost first try is tried again twice with a longer wait: on a loaded 2-core machine one
-    echo (or the neighbor resolution before it) can take over a second; no answer to three
-    is unreachable."""
-    if run_in(path, "ping", "-c1", "-W1", address).returncode == 0:
+def ping(path: str, address: str, *, size: int | None = None, df: bool = False,
+         retry: bool = True) -> bool:
+    """A ping from inside `path` to `address` (an address of a test namespace only) answered;
+    `size` bytes of payload, `df` with Don't Fragment set. With `retry`, a lost first try is
+    tried again twice with a longer wait: on a loaded 2-core machine one echo (or the neighbor
+    resolution before it) can take over a second; no answer to three is unreachable. Without
+    it, one echo with a 2 s wait decides (checks that expect no answer)."""
+    opts = [*(["-s", str(size)] if size is not None else []), *(["-M", "do"] if df else [])]
+    if run_in(path, "ping", "-c1", "-W1" if retry else "-W2", *opts, address).returncode == 0:
         return True
-    return run_in(path, "ping", "-c2", "-i0.2", "-W2", address).returncode == 0
+    return retry and run_in(path, "ping", "-c2", "-i0.2", "-W2", *opts, address).returncode == 0

@@ -1,4 +1,5 @@
-"""Runs a real `vswitch-agent` process for integration tests, and the real plugin against it.
+"""A real `vswitch-agent` process (tests, benchmarks, the one-node demo), and the real plugin
+exec'd against it.
 
 `running_agent(...)` writes a config, starts the agent (kernel dataplane, in this machine's root
 namespace, like a hostNetwork agent), waits until its REST /readiness says ready, and stops it
@@ -12,7 +13,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +28,9 @@ from typing import Any
 import yaml
 
 from agent import hostnat
-from tests.helpers.etcd import free_port
+from testbed import tools
+from testbed.etcd import free_port
+from testbed.tools import REPO
 
 AGENT = [sys.executable, "-m", "agent.main"]
 
@@ -159,7 +161,7 @@ def start_agent(
             [*AGENT, "--config", str(config_path), "--log-level", "DEBUG", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=REPO,
             env={**os.environ, **(env or {})},
         )
     return AgentHandle(
@@ -184,6 +186,7 @@ def running_agent(
     wait: float = 30.0,
     args: Sequence[str] = (),
 ) -> Iterator[AgentHandle]:
+    """An agent with a test's config (agent_config): its own key prefix, links and NAT table."""
     config = agent_config(
         tmp_path,
         etcd_endpoints,
@@ -191,7 +194,20 @@ def running_agent(
         node_name=node_name or f"node-{secrets.token_hex(3)}",
         extra_config=extra_config,
     )
-    handle = start_agent(tmp_path, config, args=args)
+    with serving_agent(tmp_path, config, wait=wait, args=args) as handle:
+        yield handle
+
+
+@contextmanager
+def serving_agent(
+    workdir: Path,
+    config: dict[str, Any],
+    *,
+    wait: float = 30.0,
+    args: Sequence[str] = (),
+) -> Iterator[AgentHandle]:
+    """The agent of `config`, ready; at the end stopped, and what it made on the node removed."""
+    handle = start_agent(workdir, config, args=args)
     try:
         handle.wait_ready(timeout=wait)
         yield handle
@@ -202,8 +218,10 @@ def running_agent(
         for name in (handle.gateway_ifname, config.get("VPPHostInterface")):
             if name:
                 subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
-        with contextlib.suppress(hostnat.NftError):
-            hostnat.remove(config["NatTable"])
+        # Only a table of its own: the default one may be a real agent's on this machine.
+        if config.get("NatTable"):
+            with contextlib.suppress(hostnat.NftError):
+                hostnat.remove(config["NatTable"])
 
 
 @dataclass
@@ -218,12 +236,8 @@ class PluginResult:
 
 
 def plugin_path() -> str:
-    """This interpreter's console script (the project venv's), else one on PATH."""
-    beside = Path(sys.executable).parent / "vswitch-cni"
-    path = str(beside) if beside.exists() else shutil.which("vswitch-cni")
-    if path is None:
-        raise RuntimeError("vswitch-cni is not installed: run `make setup`")
-    return path
+    """The project's installed plugin (testbed.tools: beside this interpreter, never PATH)."""
+    return str(tools.plugin())
 
 
 def run_plugin(
@@ -241,7 +255,7 @@ def run_plugin(
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "CNI_COMMAND": command,
         "CNI_PATH": "/usr/lib/cni",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # this checkout's plugin
+        "PYTHONPATH": str(REPO),  # this checkout's plugin
     }
     if container_id:
         env["CNI_CONTAINERID"] = container_id

@@ -140,6 +140,10 @@ class EtcdCluster:
         except OSError:
             return "(no log)"
 
+    def logs(self) -> str:
+        """The end of every member's log (they go with the data dirs at close)."""
+        return "\n".join(f"--- etcd {m.name} ---\n{self._log(m)}" for m in self.members)
+
     def __enter__(self) -> EtcdCluster:
         for attempt in range(3):
             try:

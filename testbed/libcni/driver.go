@@ -8,7 +8,7 @@
 //	         error code the failing plugin printed (0 when libcni itself refused, with no plugin
 //	         error), and the exit status is 1 (2 for a bad command line).
 //
-// Built offline in GOPATH mode against the unpacked libcni 1.3.0 (see tests/libcni/__init__.py).
+// Built offline in GOPATH mode against the unpacked libcni 1.3.0 (see testbed/libcni/__init__.py).
 package main
 
 import (

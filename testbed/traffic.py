@@ -1,6 +1,6 @@
 """Real TCP and UDP traffic between test namespaces: what users send, not only ping.
 
-The same file is the program that runs inside a namespace (`python3 tests/helpers/traffic.py ...`
+The same file is the program that runs inside a namespace (`python3 testbed/traffic.py ...`
 through nsenter, stdlib only, no package imports):
 - `serve tcp|udp ADDR PORT`: answers each TCP connection, after the client has sent everything,
   with "<client address> <bytes received> <sha256 of them>"; each UDP datagram with

@@ -1,4 +1,4 @@
-"""Build and drive the libcni conformance driver (tests/libcni/driver.go).
+"""Build and drive the libcni conformance driver (testbed/libcni/driver.go).
 
 The driver is a small Go program on libcni 1.3.0, the library containerd and CRI-O use to run CNI
 plugins. Driving our plugin through it, instead of exec'ing it with hand-made environments, proves
@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 
 from pyroute2 import IPRoute
 
-REPO = Path(__file__).resolve().parents[2]
+from testbed.tools import REPO
+
 DRIVER_SOURCE = Path(__file__).with_name("driver.go")
 # Git-ignored; binaries are keyed by a source digest, so sessions share them safely.
 DEFAULT_BUILD_DIR = Path(__file__).with_name("bin")

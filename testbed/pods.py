@@ -1,4 +1,5 @@
-"""Building blocks for the kernel dataplane tests: unique subnets, pods, a started driver."""
+"""Pods wired by a dataplane driver in-process, without the agent (tests and the traffic benchmark):
+unique subnets, pod networks, a started kernel driver, and a pod network for a VPP node."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from agent import podside
 from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
 from agent.model import PodKey, PodNetwork, Wiring
-from tests.helpers.netns import run_in, unique
+from testbed.netns import run_in, unique
 
 
 @dataclass(frozen=True)
@@ -76,3 +77,15 @@ def wire(dp: KernelDataplane, pod: PodNetwork) -> Wiring:
     except BaseException:
         undo.unwind()
         raise
+
+
+def vpp_pod(netns: str, address: str, ifname: str = "eth0") -> PodNetwork:
+    """A pod network with one address behind the VPP tests' gateway 10.1.1.1."""
+    addr = ipaddress.ip_interface(address)
+    return PodNetwork(
+        key=PodKey(unique("ctr") + "x" * 40, ifname),
+        netns=netns,
+        addresses=(addr,),
+        gateways=(ipaddress.ip_address("10.1.1.1"),),
+        mtu=1450,
+    )
