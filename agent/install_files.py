@@ -128,7 +128,7 @@ class Conflist:
         return [t for i, t in enumerate(types) if t and t not in types[:i]]
 
 
-# The conflist installed when none is given: the one k8s/configmap.yaml and the README ship
+# The conflist installed when none is given: the one k8s/base/configmap.yaml and the README ship
 # (tests/install keeps the three equal). cniVersion 1.0.0: runtimes on a libcni older than 1.2.0
 # (containerd 1.6, podman 4) refuse 1.1.0 results.
 DEFAULT_CONFLIST_NAME = "10-vswitch.conflist"

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 NETNS_DIR = Path("/run/netns")
 # What containerd and the kubelet run plugins with: no version-manager shims.
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-# The interpreter the DaemonSet pins in the plugin's shebang (k8s/vswitch.yaml's --python).
+# The interpreter the DaemonSet pins in the plugin's shebang (k8s/base/vswitch.yaml's --python).
 NODE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 

@@ -1,5 +1,5 @@
-"""The network config the project ships (k8s/configmap.yaml's `10-vswitch.conflist`, also shown in
-the README): the one conflist the installer, the runtime tests and the docs all use."""
+"""The network config the project ships (k8s/base/configmap.yaml's `10-vswitch.conflist`, also
+shown in the README): the one conflist the installer, the runtime tests and the docs all use."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG_MAP = ROOT / "k8s" / "configmap.yaml"
+CONFIG_MAP = ROOT / "k8s" / "base" / "configmap.yaml"
 NAME = "10-vswitch.conflist"
 
 

@@ -10,7 +10,7 @@ Plan:
 - The conflist is checked before anything is written: a chained plugin that does not support its
   cniVersion, an unsupported cniVersion, a conflist that is not ours: exit with the reason, no
   file written. `--check` checks without installing.
-- The shipped conflist (k8s/configmap.yaml) is the README's and installs with Debian's plugins.
+- The shipped conflist (k8s/base/configmap.yaml) is the README's and installs with Debian's plugins.
 - The plugin is a launcher script plus its code zip: an upgrade keeps the code the replaced
   launcher ran and removes older code; a launcher whose code is gone answers a CNI error.
 """

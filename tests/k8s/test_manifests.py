@@ -19,7 +19,7 @@ import yaml
 from agent.config import parse
 from agent.install_cni import build_plugin, install_conflist
 
-K8S = Path(__file__).resolve().parents[2] / "k8s"
+K8S = Path(__file__).resolve().parents[2] / "k8s" / "base"
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Builds the agent's image (vswitch-cni:0.1.0, the name k8s/vswitch.yaml uses) from this checkout's
-# Dockerfile with buildah, without a registry, and imports it into the node's containerd.
+# Builds the agent's image (vswitch-cni:0.1.0, the name k8s/base/vswitch.yaml uses) from this
+# checkout's Dockerfile with buildah, without a registry, and imports it into the node's containerd.
 #
 # Usage: tests/k8s_tier/build-image.sh
 # Env:

@@ -61,7 +61,7 @@ def tier(request: pytest.FixtureRequest, kube: Kube) -> Iterator[Tier]:
     """The project's manifests with `Dataplane: <param>`, then the workload; torn down in
     reverse order so every pod's CNI DEL reaches a running agent."""
     dataplane: str = request.param
-    system = deploy.for_node(deploy.manifests(kube), dataplane,
+    system = deploy.for_node(deploy.manifests(), dataplane,
                              VPP_SOCKET if dataplane == "vpp" else "", ETCD_IMAGE)
     work = deploy.workload(POD_IMAGE)
     with ExitStack() as undo:

@@ -1,9 +1,10 @@
-"""What the k8s tier puts on the cluster: the project's own manifests (k8s/) with this node's
+"""What the k8s tier puts on the cluster: the project's own manifests (k8s/base) with this node's
 config, and the test workload (a Deployment of agnhost `netexec` pods and its Services).
 
-The manifests are k8s/'s kustomization (what `kubectl apply -k k8s/` installs), rendered by
-kubectl, and changed only where the node differs from the defaults they ship with, each change
-named here:
+The manifests are k8s/base's kustomization (what `kubectl apply -k k8s/base/` installs), rendered
+by the same kustomize the manifest tests use (tests/k8s/kustomize: Debian's, from `make setup`;
+not the cluster's kubectl), and changed only where the node differs from the defaults they ship
+with, each change named here:
 - the agent's `agent.yaml`: `Dataplane` (and, for VPP, `UseTAPInterfaces: false` and the API
   socket's file name);
 - the DaemonSet's `/run/vpp` hostPath: the directory of the VPP socket the tier was given;
@@ -19,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from tests.k8s_tier.kube import Doc, Kube
+from tests.k8s import kustomize
+from tests.k8s_tier.kube import Doc
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "vswitch-tier"
@@ -28,9 +30,9 @@ REPLICAS = 3
 PORT = 8080
 
 
-def manifests(kube: Kube) -> list[Doc]:
-    """k8s/ as `kubectl apply -k k8s/` sends it: the kustomization rendered by kubectl."""
-    return [d for d in yaml.safe_load_all(kube.run("kustomize", str(ROOT / "k8s"))) if d]
+def manifests() -> list[Doc]:
+    """k8s/base as `kubectl apply -k k8s/base/` sends it: the kustomization rendered."""
+    return kustomize.render(ROOT / "k8s" / "base")
 
 
 def for_node(docs: list[Doc], dataplane: str, vpp_socket: str, etcd_image: str) -> list[Doc]:

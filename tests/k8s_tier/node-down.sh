@@ -1,7 +1,7 @@
 #!/bin/bash
 # Stops the node started by node-up.sh and removes what it left: its containers and their network
-# namespaces, mounts, state (with k8s/etcd.yaml's /var/lib/vswitch-etcd), the node namespace, and
-# what the vswitch DaemonSet installed on the host (/opt/cni/bin/vswitch-cni and
+# namespaces, mounts, state (with k8s/base/etcd.yaml's /var/lib/vswitch-etcd), the node namespace,
+# and what the vswitch DaemonSet installed on the host (/opt/cni/bin/vswitch-cni and
 # /etc/cni/net.d/10-vswitch.conflist).
 # Env: the same NODE_NETNS, STATE, RUNDIR as node-up.sh.
 set -uo pipefail

@@ -131,7 +131,7 @@ for _ in $(seq 60); do
     in_ns "$KUBE_BIN/kubectl" "$KC" get node "$NODE" >/dev/null 2>&1 && break
     sleep 1
 done
-# k8s/etcd.yaml runs etcd on a control-plane node; the kubelet may not set this label itself.
+# k8s/base/etcd.yaml runs etcd on a control-plane node; the kubelet may not set this label itself.
 in_ns "$KUBE_BIN/kubectl" "$KC" label node "$NODE" node-role.kubernetes.io/control-plane= \
     --overwrite >/dev/null
 cat <<EOF

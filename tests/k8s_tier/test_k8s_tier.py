@@ -3,9 +3,9 @@
 Skipped unless VSWITCH_TEST_KUBECONFIG names a cluster (see conftest.py and docs/k8s-tier.md).
 Plan, run once with `Dataplane: kernel` and once more with `Dataplane: vpp` (veth + AF_PACKET)
 when VSWITCH_TEST_VPP_SOCKET names a VPP on the node:
-- k8s/ deployed with the node's config: etcd and the agent DaemonSet roll out, the init container
-  installs the plugin, and a Deployment of 3 agnhost pods gets addresses from the agent, wired
-  by the dataplane under test (the agent's /v1/pods: a VPP interface per pod, or none);
+- k8s/base deployed with the node's config: etcd and the agent DaemonSet roll out, the init
+  container installs the plugin, and a Deployment of 3 agnhost pods gets addresses from the
+  agent, wired by the dataplane under test (the agent's /v1/pods: a VPP interface per pod, or none);
 - pods reach each other over TCP (HTTP, every ordered pair);
 - a ClusterIP Service from every pod and from the node; a NodePort from a pod and from the node;
   every answer comes from one of the Deployment's pods;

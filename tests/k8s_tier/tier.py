@@ -20,7 +20,7 @@ from tests.k8s_tier.kube import Kube, wait_for
 
 OUTSIDE_NODE_IP = "198.51.100.1"  # TEST-NET-2: the node's end of the veth to the outside
 OUTSIDE_IP = "198.51.100.2"
-AGENT_REST_PORT = 9999  # k8s/configmap.yaml: HTTPAddress
+AGENT_REST_PORT = 9999  # k8s/base/configmap.yaml: HTTPAddress
 REQUEST = r"printf 'GET /hostname HTTP/1.0\r\n\r\n'"
 # No proxy from the environment: the tier talks only to the node's own addresses.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

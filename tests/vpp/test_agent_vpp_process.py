@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from agent import hostnat
 from agent.dataplane.vpp import names
 from agent.model import PodKey
 from benchmarks import agent_metrics
@@ -173,9 +174,12 @@ def test_agent_waits_for_a_vpp_that_starts_after_it(
         assert len(rules) == 1 and '"right": "@pods4"' in json.dumps(rules[0])
         assert '"dnat"' in json.dumps(rules[0]) and "masquerade" in rules[0]["expr"][-1]
     finally:
+        # What running_agent removes after its agents, this test's agent made too: the
+        # interconnect and the NAT table (the VPP dataplane's Service return path).
         handle.stop()
         vpp.stop()
         subprocess.run(["ip", "link", "del", f"vsl{suffix}h"], capture_output=True, check=False)
+        hostnat.remove(config["NatTable"])
 
 
 def test_teardown_removes_the_vpp_base_and_the_nat_table(

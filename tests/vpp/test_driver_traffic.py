@@ -8,6 +8,10 @@ Plan:
 - the main VRF routes everything else to the node's end of the interconnect, IPv4 via its address
   and IPv6 via its link-local address (both ends have fixed MACs, so fixed link-locals), with
   static neighbors; Linux routes the pod IPv6 subnet via VPP's link-local;
+- Linux holds VPP's end as a permanent neighbor too (its IPv4 address, and its link-local when
+  pods use IPv6), in both interconnect modes: Linux must never ARP for it, since it would ask
+  with the reply's source (e.g. the node's main address), which VPP drops as not on the
+  connected subnet; set again by every start (an agent restart), gone with teardown;
 - a VPP without the tap plugin serves veth pods; a TAP config on it is refused naming the plugin;
 - switching the interconnect from veth to TAP removes the old veth pair (its name is the TAP's).
 """
@@ -15,6 +19,8 @@ Plan:
 from __future__ import annotations
 
 import ipaddress
+import json
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -98,6 +104,41 @@ def test_main_vrf_routes_the_rest_to_the_host(fake: FakeVPP, driver_factory: Fac
     before = fake.snapshot()
     driver_factory(pod_gateways=DUAL).start()
     assert fake.snapshot() == before
+
+
+def linux_neighbors(node_ns: str, ifname: str = "vpp1") -> dict[str, tuple[str, list[str]]]:
+    """`ip neigh show dev IFNAME` in the node namespace: {address: (MAC, states)}."""
+    out = subprocess.run(["nsenter", f"--net={node_ns}", "ip", "-j", "neigh", "show", "dev",
+                          ifname], capture_output=True, text=True, check=True)
+    return {n["dst"]: (n.get("lladdr", ""), n.get("state", [])) for n in json.loads(out.stdout)}
+
+
+@pytest.mark.parametrize("use_tap", [False, True], ids=["veth-afpacket", "tapv2"])
+def test_linux_holds_vpps_end_as_a_permanent_neighbor(
+    fake: FakeVPP, driver_factory: Factory, node_ns: str, vhost_net: str, use_tap: bool
+) -> None:
+    def start() -> VppDataplane:
+        dp = driver_factory(pod_gateways=DUAL, use_tap=use_tap, vhost_net_path=vhost_net)
+        dp.start()
+        return dp
+
+    start()
+    vpp_ends = {"172.30.1.1": base.HOST_VPP_MAC, str(base.VPP_HOST_LL): base.HOST_VPP_MAC}
+    for address, mac in vpp_ends.items():
+        assert linux_neighbors(node_ns).get(address) == (mac, ["PERMANENT"]), address
+    # An agent restart puts back what was lost or changed meanwhile.
+    with netlink.host_ns() as ipr:
+        index = ipr.link_lookup(ifname="vpp1")[0]
+        ipr.neigh("del", dst="172.30.1.1", ifindex=index)
+        ipr.neigh("replace", dst=str(base.VPP_HOST_LL), lladdr="02:00:00:00:00:99",
+                  ifindex=index, state=0x04)  # NUD_STALE, a wrong MAC
+    dp = start()
+    for address, mac in vpp_ends.items():
+        assert linux_neighbors(node_ns).get(address) == (mac, ["PERMANENT"]), address
+    dp.teardown()
+    out = subprocess.run(["nsenter", f"--net={node_ns}", "ip", "neigh", "show"],
+                         capture_output=True, text=True, check=True).stdout
+    assert not any(address in out for address in vpp_ends), out
 
 
 def test_vpp_without_the_tap_plugin_serves_veth_pods(

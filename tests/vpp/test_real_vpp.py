@@ -5,6 +5,10 @@ users send, through VPP:
 - ping both ways, a 1 MiB TCP transfer checked end to end and UDP datagrams pod to pod, IPv4 and
   IPv6 (the checksums VPP must complete for veth pods);
 - a pod to a TCP server on the node (the interconnect's Linux end), IPv4 and IPv6;
+- on a fresh interconnect with nothing else sending, a pod to the node's main addresses (on
+  another link, as eth0's), TCP and ping, IPv4 and IPv6: the node's answers leave with that
+  source, so an ARP request for VPP's end would carry a sender VPP drops; Linux must hold VPP's
+  end as a permanent neighbor;
 - a pod to an "outside" host with no route back, through the agent's NAT table (egress);
 - a pod to a Service address that the node DNATs (a stand-in for kube-proxy's rule) to the other
   pod: reset without the agent's service return-path rule, answered with it; and from the node;
@@ -42,6 +46,7 @@ pytestmark = [
 ]
 V4, V6 = ipaddress.ip_network("10.251.1.0/24"), ipaddress.ip_network("fd00:251:1::/64")
 NODE4, NODE6 = "172.31.251.2", "fd00:251:ff::2"  # the interconnect's Linux end
+MAIN4, MAIN6 = "10.251.254.1", "fd00:251:fe::1"  # the node's "eth0" addresses, on a test link
 SERVICE = "10.251.250.10"  # a ClusterIP stand-in, DNATed by the test's own table
 OUT4, EDGE4 = "198.51.100.2", "198.51.100.1"  # an outside host and the node's side of its link
 MACHINE_NS = f"/proc/{os.getpid()}/ns/net"
@@ -126,6 +131,36 @@ def test_pods_reach_a_server_on_the_node(pods: Pods) -> None:
             tcp = tcp_transfer(pods.ns_a, addr, 5003)
             assert tcp.ok, tcp.detail
             assert udp_exchange(pods.ns_a, addr, 5004).ok
+
+
+@pytest.fixture
+def main_addresses(driver: VppDataplane) -> Iterator[tuple[str, str]]:
+    """MAIN4 and MAIN6 on a veth pair of their own in the machine's namespace (where the real
+    VPP's interconnect is), as a node's main addresses are on eth0: not on the interconnect."""
+    link = f"{driver.cfg.host_ifname[:-1]}m"
+    subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name",
+                    f"{link[:-1]}n"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", f"{MAIN4}/32", "dev", link], check=True)
+        subprocess.run(["ip", "addr", "add", f"{MAIN6}/128", "dev", link, "nodad"], check=True)
+        for end in (link, f"{link[:-1]}n"):
+            subprocess.run(["ip", "link", "set", end, "up"], check=True)
+        yield MAIN4, MAIN6
+    finally:
+        subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
+
+
+def test_a_fresh_interconnect_lets_pods_reach_the_nodes_main_addresses(
+    pods: Pods, main_addresses: tuple[str, str]
+) -> None:
+    """Nothing has crossed the new interconnect yet, so Linux has learnt no neighbor on it:
+    the node's first packet towards VPP is its answer to the pod, sourced from the address the
+    pod called (issue #23: the reply to 192.0.2.2 on eth0 was never sent)."""
+    for port, addr in enumerate(main_addresses, start=5010):
+        with Server(MACHINE_NS, "tcp", addr, port):
+            tcp = tcp_transfer(pods.ns_a, addr, port)
+            assert tcp.ok, f"{addr}: {tcp.detail}"
+        assert ping(pods.ns_b, addr), addr
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@
 - the VPP-host interconnect when configured (veth + AF_PACKET, or a TAP): VPP's end in the main
   VRF with its address, the pod subnets routed from the main VRF into the pod VRF, a default
   route from the pod VRF back to the main one, and on Linux a route to the pod subnets via VPP;
+  each end holds the other as a static neighbor (VPP the node's end, Linux VPP's end: its
+  address, and its link-local for IPv6 routes), so neither ever ARPs across the interconnect;
 - the main VRF's default routes (IPv4 and IPv6) to the node's end of the interconnect
   (Contiv's design): whatever is not a pod of this node goes to the host, whose routing,
   kube-proxy and NAT take it from there (the node IP, host-network pods, Services, the world).
@@ -138,7 +140,7 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
     hostlink.ensure_address_and_routes(
         cfg.host_ifname, cfg.host_linux_ip, cfg.vpp_host_ip,
         [str(s) for s in (*cfg.pod_subnets, *cfg.cluster_ranges)],
-        VPP_HOST_LL, cfg.interconnect_mtu, cfg.mtu,
+        VPP_HOST_LL, HOST_VPP_MAC, cfg.interconnect_mtu, cfg.mtu,
     )
     return sw_if_index
 

@@ -2,8 +2,9 @@
 
 veth mode: a veth pair `vpp1` (Linux end, with the host's interconnect address) <-> `vpp2` (the end
 VPP binds AF_PACKET to). TAP mode: VPP creates `vpp1` itself. Either way the node reaches its pods
-through VPP: a kernel route to each pod subnet via VPP's interconnect address. Every step is
-idempotent, so start() can run again after an agent or VPP restart.
+through VPP: a kernel route to each pod subnet via VPP's interconnect address, which is a permanent
+neighbor with VPP's fixed MAC (as the node's end is one in VPP). Every step is idempotent, so
+start() can run again after an agent or VPP restart.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pyroute2 import NetlinkError
 from agent import netlink
 from agent.errors import DataplaneFailure
 from agent.model import IPInterface
+
+NUD_PERMANENT = 0x80
 
 
 def ensure_veth_pair(
@@ -40,10 +43,15 @@ def ensure_veth_pair(
 
 def ensure_address_and_routes(
     host_ifname: str, address: IPInterface, via: IPInterface, subnets: list[str],
-    via6: ipaddress.IPv6Address, link_mtu: int, pod_mtu: int,
+    via6: ipaddress.IPv6Address, vpp_mac: str, link_mtu: int, pod_mtu: int,
 ) -> None:
     """`address` on the Linux end, and a route to each pod subnet via VPP's end: its address
     of that family, or its link-local address `via6` for IPv6 subnets over an IPv4 link.
+
+    Each gateway the routes use is a permanent neighbor with VPP's MAC `vpp_mac`. Linux must
+    not ARP for it: it would ask with the source of the packet it sends (arp_announce 0), e.g.
+    the node's main address when it answers a pod, and VPP drops an ARP request whose sender is
+    not on the interconnect's subnet, so the entry fails and the answer is never sent.
 
     The link's MTU (`link_mtu`) makes room for VPP's VXLAN packets; the routes to the pods
     carry the pods' MTU, so the node answers a too-large packet for a pod itself, as before."""
@@ -58,9 +66,14 @@ def ensure_address_and_routes(
         except NetlinkError as exc:
             if exc.code != errno.EEXIST:
                 raise
-        for subnet in subnets:
-            same_family = (":" in subnet) == (address.version == 6)
-            gateway = str(via.ip) if same_family else str(via6)
+        gateways = [
+            str(via.ip) if (":" in subnet) == (address.version == 6) else str(via6)
+            for subnet in subnets
+        ]
+        for gateway in sorted({str(via.ip), *gateways}):
+            # "replace" also turns an entry the kernel learnt (or failed to learn) into ours.
+            ipr.neigh("replace", dst=gateway, lladdr=vpp_mac, ifindex=index, state=NUD_PERMANENT)
+        for subnet, gateway in zip(subnets, gateways, strict=True):
             ipr.route("replace", dst=subnet, gateway=gateway, oif=index,
                       metrics={"mtu": pod_mtu})
 
