@@ -35,7 +35,7 @@ def make_netns() -> Iterator[Callable[[], str]]:
         yield make
 
 
-# Test agents name their NAT table (NatTable) vswitch-cni-test-<hex> (tests/helpers/agent.py);
+# Test agents name their NAT table (NatTable) vswitch-cni-test-<hex> (testbed/agent.py);
 # the machine's namespace is shared with the other test runs on it, so only the tables named in
 # this run's agent configs (under its base temp directory) are this run's to remove.
 TEST_TABLE_PREFIX = "vswitch-cni-test-"
