@@ -151,6 +151,13 @@ def _ssl_reason(exc: BaseException) -> str:
 
 # ---- gRPC's TLS failures --------------------------------------------------------------------
 
+# The server turned this client down: with TLS 1.3 its alert comes after the client's side of the
+# handshake is done, and gRPC sees a record it cannot decrypt (TSI_DATA_CORRUPTED); with TLS 1.2
+# the alert itself is named.
+_CLIENT_REFUSED = ("TSI_DATA_CORRUPTED", "ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_REQUIRED",
+                   "ALERT_UNKNOWN_CA", "ALERT_CERTIFICATE_EXPIRED")
+
+
 def explain(details: str, tls: EtcdTLS, endpoint: str) -> str:
     """The TLS failure in gRPC's `details` of a failed call, in words; "" if it is none.
     `endpoint` is the URL that was asked (the name the server's certificate must hold)."""
@@ -162,7 +169,7 @@ def explain(details: str, tls: EtcdTLS, endpoint: str) -> str:
         why = details.split("CERTIFICATE_VERIFY_FAILED", 1)[1].strip(": ").split(":")[0].strip()
         return (f"certificate verify failed ({why or 'no reason given'}): the etcd server's "
                 f"certificate at {endpoint} is not trusted by EtcdCAFile {tls.ca_file}")
-    if "TSI_DATA_CORRUPTED" in details or "ALERT" in details:
+    if any(sign in details for sign in _CLIENT_REFUSED):
         if not tls.cert_file:
             return ("the etcd server refused this client during the TLS handshake: it demands a "
                     "client certificate (etcd --client-cert-auth): set EtcdCertFile and "

@@ -14,7 +14,8 @@ Plan:
   another certificate; preflight turns that into a ConfigError naming key and file.
 - explain: the gRPC details seen from grpcio 1.85 for a wrong CA, a server certificate for
   another name, a client without (or with a refused) certificate, a plain-http server, credentials
-  gRPC cannot use: each named; an ordinary refused connection is no TLS failure.
+  gRPC cannot use: each named; a TLS 1.2 server's alerts (a refused certificate is named as one,
+  any other is passed on); an ordinary refused connection is no TLS failure.
 """
 
 from __future__ import annotations
@@ -182,6 +183,12 @@ LAST = "failed to connect to all addresses; last error: "
      "EtcdCertFile and EtcdKeyFile"),
     (LAST + "UNAVAILABLE: ipv4:127.0.0.1:2379: Unwrap failed (TSI_DATA_CORRUPTED)", TLS,
      "refused this client's certificate (EtcdCertFile /tls/agent.crt)"),
+    (LAST + "UNKNOWN: ipv4:127.0.0.1:2379: Tls handshake failed (TSI_PROTOCOL_FAILURE): "
+     "SSL_ERROR_SSL: error:10000412:SSL routines:OPENSSL_internal:SSLV3_ALERT_BAD_CERTIFICATE",
+     TLS, "refused this client's certificate (EtcdCertFile /tls/agent.crt)"),
+    (LAST + "UNKNOWN: ipv4:127.0.0.1:2379: Tls handshake failed (TSI_PROTOCOL_FAILURE): "
+     "SSL_ERROR_SSL: error:10000410:SSL routines:OPENSSL_internal:SSLV3_ALERT_HANDSHAKE_FAILURE",
+     TLS, "handshake with https://127.0.0.1:2379 failed: error:10000410:SSL routines:"),
     (LAST + "UNAVAILABLE: ipv4:127.0.0.1:2379: Handshake read failed (Socket closed)", TLS,
      "the server closed the connection (does it serve TLS on that port?)"),
     (LAST + "UNKNOWN: ipv4:127.0.0.1:2379: Failed to create security handshaker.", TLS,
