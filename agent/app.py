@@ -30,7 +30,7 @@ from agent.binding import BindingGuard
 from agent.cluster.side import ClusterSide
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
-from agent.errors import Degraded, NotReady, TryAgainLater
+from agent.errors import Degraded, EtcdTLSFailure, NotReady, TryAgainLater
 from agent.journal import DeleteJournal
 from agent.metrics import Metrics
 from agent.model import PodKey
@@ -61,7 +61,8 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.metrics = Metrics()
-        self.store = Store(list(config.etcd_endpoints), config.etcd_prefix, config.etcd_timeout)
+        self.store = Store(list(config.etcd_endpoints), config.etcd_prefix, config.etcd_timeout,
+                           config.etcd_tls)
         self.node_id = 0
         self.networks: NodeNetworks | None = None
         self.pods: PodManager | None = None
@@ -91,7 +92,7 @@ class Agent:
         self._rest = self._listen()
         self._phase = "starting: waiting for etcd"
         self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam, cfg.state_dir).acquire(
-            wait=STARTUP_WAIT, stopping=self._stopping
+            wait=STARTUP_WAIT, stopping=self._stopping, on_wait=self._etcd_awaited
         )
         self.networks = node_networks(cfg.ipam, self.node_id)
         log.info(
@@ -132,6 +133,10 @@ class Agent:
         self._serve_cni(self._service)
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
+
+    def _etcd_awaited(self, exc: TryAgainLater) -> None:
+        """Readiness names why etcd is awaited: a TLS failure is no outage to sit out."""
+        self._phase = f"starting: waiting for etcd ({exc})"
 
     def _register_gauges(self, pools: Pools, journal: DeleteJournal) -> None:
         """The scrape-time gauges (docs/metrics.md)."""
@@ -303,6 +308,8 @@ class Agent:
             return False, "stopping" if self._stopping.is_set() else self._phase
         try:
             self.store.ping()
+        except EtcdTLSFailure as exc:
+            return False, str(exc)
         except Exception as exc:
             return False, f"etcd unreachable: {exc}"
         if self.cluster is not None and self.cluster.removed():

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from agent.etcdtls import EtcdTLS, TLSFileError
 from ipam import ConfigError as IPAMConfigError
 from ipam import IPAMConfig
 
@@ -56,6 +57,9 @@ class AgentConfig:
     etcd_endpoints: tuple[str, ...] = ("http://127.0.0.1:2379",)
     etcd_prefix: str = "/vswitch-cni/"
     etcd_timeout: float = 2.0
+    etcd_ca_file: str = ""
+    etcd_cert_file: str = ""
+    etcd_key_file: str = ""
     cni_socket: str = "/run/vswitch-cni/cni.sock"
     http_address: str = "0.0.0.0:9999"
     dataplane: str = "kernel"
@@ -89,6 +93,14 @@ class AgentConfig:
     use_l2_interconnect: bool = False
     ipam: IPAMConfig = field(default_factory=IPAMConfig)
     warnings: tuple[str, ...] = ()
+
+    @property
+    def etcd_tls(self) -> EtcdTLS | None:
+        """The TLS files for https:// etcd endpoints; None for http:// ones (parse made sure
+        that all endpoints are the one or the other, and that the files go with https)."""
+        if not self.etcd_ca_file:
+            return None
+        return EtcdTLS(self.etcd_ca_file, self.etcd_cert_file, self.etcd_key_file)
 
     @property
     def http_host_port(self) -> tuple[str, int]:
@@ -135,7 +147,8 @@ def _seconds(key: str, v: object) -> float:
 def _endpoints(key: str, v: object) -> tuple[str, ...]:
     items = v.split(",") if isinstance(v, str) else v
     if not isinstance(items, list | tuple) or not items:
-        raise ConfigError(key, v, "must be a list of etcd URLs like http://10.0.0.1:2379")
+        raise ConfigError(key, v, "must be a list of etcd URLs like http://10.0.0.1:2379 "
+                                  "or https://10.0.0.1:2379")
     out = []
     for item in items:
         if not isinstance(item, str) or "://" not in item:
@@ -147,15 +160,58 @@ def _endpoints(key: str, v: object) -> tuple[str, ...]:
 def _etcd_url(key: str, url: str) -> str:
     # the rules of agent.store.parse_endpoint, checked here so that start-up never meets them
     parts = urlsplit(url)
-    if parts.scheme != "http":
-        raise ConfigError(key, url, "only http:// endpoints are supported (no TLS yet)")
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(key, url, "must be http:// or https:// (TLS: see EtcdCAFile)")
     try:
         port = parts.port
     except ValueError:
         raise ConfigError(key, url, "the port must be a number from 1 to 65535") from None
     if not parts.hostname or parts.path not in ("", "/") or port == 0:
-        raise ConfigError(key, url, "must be http://HOST:PORT like http://10.0.0.1:2379")
+        raise ConfigError(key, url, f"must be {parts.scheme}://HOST:PORT like "
+                                    f"{parts.scheme}://10.0.0.1:2379")
     return url
+
+
+def _check_etcd_tls(values: Mapping[str, Any]) -> None:
+    """The rules across the etcd keys: one TLS setting serves every endpoint, so the endpoints
+    are all http:// or all https://; https:// needs the CA; a client certificate comes with its
+    key; TLS files beside http:// endpoints would be silently unused, so they are refused."""
+    endpoints = values.get("etcd_endpoints", AgentConfig.etcd_endpoints)
+    schemes = {urlsplit(url).scheme for url in endpoints}
+    if len(schemes) > 1:
+        raise ConfigError("EtcdEndpoints", list(endpoints), "mixes http:// and https:// "
+                          "endpoints: one TLS setting serves all of them, so all must be https:// "
+                          "(or all http://)")
+    cert, key = values.get("etcd_cert_file", ""), values.get("etcd_key_file", "")
+    if bool(cert) != bool(key):
+        given, missing = ("EtcdCertFile", "EtcdKeyFile") if cert else ("EtcdKeyFile",
+                                                                      "EtcdCertFile")
+        raise ConfigError(given, cert or key, f"is set without {missing}: the client "
+                          "certificate and its private key go together (set both, or neither)")
+    ca = values.get("etcd_ca_file", "")
+    if schemes == {"https"} and not ca:
+        raise ConfigError("EtcdCAFile", "", "must be set for https:// EtcdEndpoints: the CA "
+                          "certificate(s) that etcd's server certificate chains to")
+    if schemes == {"http"}:
+        for name, fname in (("EtcdCAFile", "etcd_ca_file"), ("EtcdCertFile", "etcd_cert_file"),
+                            ("EtcdKeyFile", "etcd_key_file")):
+            if values.get(fname):
+                raise ConfigError(name, values[fname], "is set but EtcdEndpoints are http://: "
+                                  "TLS needs https:// endpoints (or remove the TLS keys)")
+
+
+def check_etcd_tls(cfg: AgentConfig) -> None:
+    """Reads and checks the etcd TLS files (readable, PEM, the key the certificate's) before
+    anything connects; a bad one is refused by key, file and reason."""
+    tls = cfg.etcd_tls
+    if tls is None:
+        return
+    try:
+        tls.read()
+    except TLSFileError as exc:
+        # the file is the news: named in full also where the value shown is cut short
+        whole = "" if brief(exc.path) == repr(exc.path) else f" (file {exc.path})"
+        raise ConfigError(exc.key, exc.path, exc.reason + whole) from None
 
 
 def _prefix(key: str, v: object) -> str:
@@ -280,6 +336,9 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("EtcdEndpoints", "etcd_endpoints", _endpoints),
         ("EtcdPrefix", "etcd_prefix", _prefix),
         ("EtcdTimeout", "etcd_timeout", _seconds),
+        ("EtcdCAFile", "etcd_ca_file", _abs_path),
+        ("EtcdCertFile", "etcd_cert_file", _abs_path),
+        ("EtcdKeyFile", "etcd_key_file", _abs_path),
         ("CNISocket", "cni_socket", _socket_path),
         ("HTTPAddress", "http_address", _http_address),
         ("Dataplane", "dataplane", _dataplane),
@@ -433,6 +492,7 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
     except IPAMConfigError as exc:
         raise ConfigError(f"IPAMConfig.{exc.key}", exc.value, exc.reason) from exc
     warnings.extend(ipam_warnings)
+    _check_etcd_tls(values)
     if "node_name" not in values:
         # Kubernetes passes the node name through the downward API; fall back to the hostname.
         values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
@@ -443,7 +503,7 @@ def preflight(cfg: AgentConfig) -> None:
     """Checks the config against the machine before the agent touches anything (etcd, links,
     files), so that a value that cannot work is refused at once, by key, like a malformed one:
     HTTPAddress must resolve, StateDir and the CNISocket's directory must be (or be creatable
-    as) writable directories."""
+    as) writable directories, the etcd TLS files must be usable."""
     host, port = cfg.http_host_port
     try:
         socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -451,6 +511,7 @@ def preflight(cfg: AgentConfig) -> None:
         raise ConfigError("HTTPAddress", cfg.http_address, f"cannot be resolved: {exc}") from None
     _writable_dir("StateDir", cfg.state_dir, cfg.state_dir)
     _writable_dir("CNISocket", cfg.cni_socket, os.path.dirname(cfg.cni_socket))
+    check_etcd_tls(cfg)
 
 
 def _writable_dir(key: str, value: str, directory: str) -> None:

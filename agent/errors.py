@@ -9,6 +9,7 @@
     ├── DecodeFailure          6   the config could not be decoded
     ├── InvalidConfig          7   the config is invalid (names the field)
     ├── TryAgainLater          11  transient: store or vswitch unreachable, agent not ready
+    │   └── EtcdTLSFailure     11  etcd answered, but the TLS handshake failed (names why)
     ├── NotReady               50  STATUS: the plugin cannot accept ADDs
     ├── Degraded               51  STATUS: existing pods may have lost connectivity
     ├── IPAMFailure            100 no address could be allocated (subnet exhausted, ...)
@@ -68,6 +69,12 @@ class InvalidConfig(CniError):
 
 class TryAgainLater(CniError):
     code = 11
+
+
+class EtcdTLSFailure(TryAgainLater):
+    """etcd's TLS handshake failed (a CA, a certificate, a name that does not fit): retryable
+    like any etcd outage (certificates get fixed and rotated while agents run), but named as
+    what it is, never as a plain "unreachable"."""
 
 
 class NotReady(CniError):

@@ -14,7 +14,7 @@ from types import FrameType
 from agent import __version__, logs
 from agent.app import WORKER_PREFIX, Agent, StartupError
 from agent.cluster.remove import node_command
-from agent.config import AgentConfig, ConfigError, load, preflight
+from agent.config import AgentConfig, ConfigError, check_etcd_tls, load, preflight
 from agent.errors import CniError
 from agent.teardown import teardown
 
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown command {args.command[0]!r} (commands: node)")
         try:
             config = load(args.config)
+            check_etcd_tls(config)
         except ConfigError as exc:
             log.error("bad config: %s", exc)
             return 2

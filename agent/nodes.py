@@ -4,7 +4,7 @@ The ID fixes the node's subnets (ipam.node_networks), so it must survive agent r
 never released when an agent stops: only an operator frees it, explicitly, once the node is gone:
 
     python -m agent.nodes release --etcd http://10.0.0.1:2379 --node worker-3
-    python -m agent.nodes list --etcd http://10.0.0.1:2379
+    python -m agent.nodes list --config /etc/vswitch-cni/agent.yaml   (its etcd, prefix, TLS)
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agent.backoff import retry_unavailable
+from agent.config import ConfigError, check_etcd_tls, load
 from agent.errors import CniError, TryAgainLater
 from agent.store import Store
 from ipam import IPAMConfig, max_node_id
@@ -69,14 +70,21 @@ class NodeIdentity:
         tmp.write_text(f"{node_id}\n")
         os.replace(tmp, self.path)
 
-    def acquire(self, wait: float = 0.0, stopping: threading.Event | None = None) -> int:
+    def acquire(
+        self,
+        wait: float = 0.0,
+        stopping: threading.Event | None = None,
+        on_wait: Callable[[TryAgainLater], None] | None = None,
+    ) -> int:
         """The node's ID: reused by name, else the smallest free one. Raises CniError.
 
         An unreachable etcd is retried for up to `wait` seconds (backoff 0.2 s to 2 s), so an
         agent starting together with etcd, or during a blip, does not give up at once; a set
-        `stopping` ends the wait."""
+        `stopping` ends the wait. `on_wait` hears each failure retried (the readiness reason)."""
         def waiting(exc: TryAgainLater, left: float) -> None:
             log.warning("etcd not reachable yet (%s); retrying for %.0fs more", exc, left)
+            if on_wait is not None:
+                on_wait(exc)
 
         return retry_unavailable(self._claim, wait, stopping, waiting)
 
@@ -90,12 +98,23 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agent.nodes",
                                      description="Node IDs of vswitch-cni in etcd.")
     parser.add_argument("command", choices=["release", "list"])
-    parser.add_argument("--etcd", action="append", required=True, metavar="URL",
+    parser.add_argument("--etcd", action="append", metavar="URL",
                         help="etcd endpoint, http://host:port (repeat for several)")
+    parser.add_argument("--config", help="the agent's config file: its etcd endpoints, prefix, "
+                                         "timeout and TLS files (instead of --etcd)")
     parser.add_argument("--node", help="node name (for release)")
     parser.add_argument("--prefix", default="/vswitch-cni/", help="the agent's etcd prefix")
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds per etcd call")
     return parser
+
+
+def _store(args: argparse.Namespace) -> Store:
+    """The store of --config (endpoints, prefix, timeout, TLS) or of --etcd/--prefix."""
+    if not args.config:
+        return Store(args.etcd, args.prefix, args.timeout)
+    cfg = load(args.config)
+    check_etcd_tls(cfg)
+    return Store(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout, cfg.etcd_tls)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,8 +122,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "release" and not args.node:
         print("error: release needs --node NAME", file=sys.stderr)
         return 2
+    if bool(args.etcd) == bool(args.config):
+        print("error: give --etcd URL or --config FILE (one of them)", file=sys.stderr)
+        return 2
     try:
-        store = Store(args.etcd, args.prefix, args.timeout)
+        store = _store(args)
+    except ConfigError as exc:
+        print(f"error: bad config: {exc}", file=sys.stderr)
+        return 2
+    except CniError as exc:  # endpoints the store refuses
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
         try:
             if args.command == "list":
                 for name, node_id in sorted(store.node_ids().items(), key=lambda kv: kv[1]):

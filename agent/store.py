@@ -8,6 +8,10 @@ Client: `pyetcd` (etcd-sdk-python 0.0.7): the etcd3 API with code generated for 
 old `etcd3` package fails to import with it). Library errors become agent errors here and nowhere
 else (`_call`): unreachable -> TryAgainLater (CNI 11), anything else -> IOFailure (CNI 5), the
 library error chained. Every RPC carries the timeout, so no call hangs.
+
+TLS (https:// endpoints): one set of channel credentials from `EtcdTLS` serves every endpoint;
+a call that fails in the TLS handshake is an EtcdTLSFailure (still CNI 11) naming the failure
+(agent.etcdtls.explain), because gRPC reports it as one more UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from pyetcd import exceptions as etcd_exc
 from pyetcd import transactions as tx
 
 from agent.errors import (
+    EtcdTLSFailure,
     InvalidConfig,
     IOFailure,
     IPAMFailure,
     TryAgainLater,
     UnknownContainer,
 )
+from agent.etcdtls import EtcdTLS, TLSFileError, explain
 from agent.model import PodKey, PodRecord, pod_label
 
 T = TypeVar("T")
@@ -59,12 +65,12 @@ class Binding(NamedTuple):
 
 
 def parse_endpoint(url: str) -> tuple[str, int]:
-    """'http://host:port' or 'host:port' -> (host, port); TLS is not supported yet."""
+    """'http://host:port', 'https://host:port' or 'host:port' (http) -> (host, port)."""
     parts = urlsplit(url if "//" in url else f"http://{url}")
-    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/"):
+    if parts.scheme not in ("http", "https") or not parts.hostname \
+            or parts.path not in ("", "/"):
         raise InvalidConfig(
-            f"etcd endpoint {url!r} is not valid",
-            "use http://host:port (TLS endpoints are not supported)",
+            f"etcd endpoint {url!r} is not valid", "use http://host:port or https://host:port"
         )
     try:
         port = parts.port or 2379
@@ -77,19 +83,27 @@ class Store:
     """The agent's etcd prefix. Thread-safe: one gRPC channel per endpoint, shared."""
 
     def __init__(
-        self, endpoints: list[str], prefix: str = "/vswitch-cni/", timeout: float = 2.0
+        self,
+        endpoints: list[str],
+        prefix: str = "/vswitch-cni/",
+        timeout: float = 2.0,
+        tls: EtcdTLS | None = None,
     ) -> None:
         if not endpoints:
             raise InvalidConfig("no etcd endpoint given", "set EtcdEndpoints")
         self.endpoints = list(endpoints)
+        self.tls = tls
+        self._last_tls_failure = ""  # the last call's, for calls that meet no member at all
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.timeout = timeout
         self._held: dict[int, bytes] = {}  # node ID -> its binding's value, as this agent holds it
         self._revision = 0  # etcd's revision at the last binding check (lower later: data lost)
         self._taken: set[int] = set()  # held node IDs another node holds now (etcd lost data)
+        creds = _credentials(self.endpoints, tls)
         eps = [
             pyetcd.Endpoint(
-                host, port, secure=False, time_retry=min(timeout, 1.0), opts=_GRPC_OPTIONS
+                host, port, secure=creds is not None, creds=creds,
+                time_retry=min(timeout, 1.0), opts=_GRPC_OPTIONS,
             )
             for host, port in map(parse_endpoint, endpoints)
         ]
@@ -114,9 +128,27 @@ class Store:
                 break
             except (etcd_exc.Etcd3Exception, grpc.RpcError) as exc:
                 raise IOFailure(f"etcd {what} failed", _describe(exc)) from exc
+        tls_failure = self._tls_failure(last)
+        if tls_failure:
+            raise EtcdTLSFailure(f"etcd TLS handshake failed ({what})", tls_failure) from last
         raise TryAgainLater(
             f"etcd is unreachable ({what})", f"{', '.join(self.endpoints)}: {_describe(last)}"
         ) from last
+
+    def _tls_failure(self, exc: BaseException | None) -> str:
+        """What failed in the TLS handshake of the member just tried, from gRPC's details; ""
+        when it was no TLS failure. pyetcd raises its own error with gRPC's as the context;
+        a call that finds every member marked failed (for a moment after a failure) has no
+        gRPC error of its own, and gets the last one's."""
+        if self.tls is None:
+            return ""
+        rpc = exc if isinstance(exc, grpc.RpcError) else getattr(exc, "__context__", None)
+        if not isinstance(rpc, grpc.RpcError):
+            return self._last_tls_failure if exc is not None else ""
+        endpoint = self._client.endpoint_in_use
+        url = f"https://{endpoint.netloc}" if endpoint is not None else self.endpoints[0]
+        self._last_tls_failure = explain(str(rpc.details() or ""), self.tls, url)
+        return self._last_tls_failure
 
     def _get(self, key: str) -> tuple[bytes | None, Any]:
         raw, meta = self._call(f"get {key}", lambda: self._client.get(key))
@@ -468,6 +500,28 @@ class Store:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _credentials(endpoints: list[str], tls: EtcdTLS | None) -> grpc.ChannelCredentials | None:
+    """One set of channel credentials for every endpoint: all https:// with `tls`, or all
+    http:// without (the config refuses anything else; this guards every other caller)."""
+    schemes = {urlsplit(url if "//" in url else f"http://{url}").scheme for url in endpoints}
+    if len(schemes) > 1:
+        raise InvalidConfig(f"etcd endpoints {', '.join(endpoints)} mix http:// and https://",
+                            "one TLS setting serves every endpoint: make them all https://")
+    if schemes != {"https"}:
+        if tls is not None:
+            raise InvalidConfig("etcd TLS files given for http:// endpoints",
+                                "use https:// endpoints, or no TLS files")
+        return None
+    if tls is None:
+        raise InvalidConfig(f"etcd endpoint {endpoints[0]!r} is https:// but no TLS files "
+                            "are given", "set EtcdCAFile (and EtcdCertFile, EtcdKeyFile for "
+                            "client certificates) in the agent's config, and use it (--config)")
+    try:
+        return tls.credentials()
+    except TLSFileError as exc:
+        raise InvalidConfig(f"etcd TLS: {exc}") from exc
 
 
 def _check_bound(node_name: str, node_id: int, max_id: int) -> int:

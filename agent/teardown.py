@@ -55,7 +55,7 @@ def _vpp_base(cfg: AgentConfig) -> list[str]:
     from agent.dataplane.vpp import VppDataplane, vpp_config
     from ipam import node_networks
 
-    store = Store(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout)
+    store = Store(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout, cfg.etcd_tls)
     try:
         node_id = store.node_ids().get(cfg.node_name)
     except CniError as exc:

@@ -8,6 +8,11 @@
   requests then wait in their sockets and are answered, late, once thawed; `.wipe()` restarts
   every member on the same ports with an empty data dir (etcd lost, or restored from nothing).
 
+- TLS: `EtcdServer(tls=ServerTLS(cert, key, client_ca))` serves https:// with that certificate
+  and demands client certificates signed by `client_ca` (`--client-cert-auth`); its health is
+  probed on a plain-http metrics port (`--listen-metrics-urls`), so the probe needs no certificate.
+  Replacing the files and `.stop()` / `.start()` rotates them. Certificates: testbed/pki.py.
+
 Fast elections (`--heartbeat-interval 10 --election-timeout 100`) make a member healthy in ~0.1 s.
 """
 
@@ -21,6 +26,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 ETCD = "/usr/bin/etcd"
@@ -32,18 +39,35 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class ServerTLS:
+    """A TLS etcd's files: its server certificate and key, and the CA of its clients."""
+
+    cert: Path
+    key: Path
+    client_ca: Path
+
+
 class _Member:
-    def __init__(self, name: str, root: str) -> None:
+    def __init__(self, name: str, root: str, tls: ServerTLS | None = None) -> None:
         self.name = name
+        self.tls = tls
         self.client_port = free_port()
         self.peer_port = free_port()
+        self.metrics_port = free_port() if tls else 0
         self.data_dir = os.path.join(root, name)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(root, f"{name}.log")
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
+
+    @property
+    def health_url(self) -> str:
+        if self.tls:
+            return f"http://127.0.0.1:{self.metrics_port}/health"
+        return f"{self.client_url}/health"
 
     @property
     def peer_url(self) -> str:
@@ -61,6 +85,12 @@ class _Member:
             "--heartbeat-interval", "10", "--election-timeout", "100",
             "--log-level", "error",
         ]
+        if self.tls:
+            argv += [
+                "--cert-file", str(self.tls.cert), "--key-file", str(self.tls.key),
+                "--client-cert-auth", "--trusted-ca-file", str(self.tls.client_ca),
+                "--listen-metrics-urls", f"http://127.0.0.1:{self.metrics_port}",
+            ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
@@ -73,7 +103,7 @@ class _Member:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.client_url}/health", timeout=0.5) as resp:
+            with urllib.request.urlopen(self.health_url, timeout=0.5) as resp:
                 return b'"true"' in resp.read()
         except OSError:
             return False
@@ -82,10 +112,10 @@ class _Member:
 class EtcdCluster:
     """n etcd members on loopback; a context manager that always cleans up."""
 
-    def __init__(self, n: int = 3) -> None:
+    def __init__(self, n: int = 3, tls: ServerTLS | None = None) -> None:
         self._root = tempfile.mkdtemp(prefix=f"etcd-{os.getpid()}-")
         self._token = os.path.basename(self._root)
-        self.members = [_Member(f"m{i}", self._root) for i in range(n)]
+        self.members = [_Member(f"m{i}", self._root, tls) for i in range(n)]
         self._initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
     @property
@@ -164,7 +194,7 @@ class EtcdCluster:
     def _renew(self) -> None:
         for member in self.members:
             shutil.rmtree(member.data_dir, ignore_errors=True)
-        self.members = [_Member(m.name, self._root) for m in self.members]
+        self.members = [_Member(m.name, self._root, m.tls) for m in self.members]
         self._initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -175,8 +205,8 @@ class EtcdCluster:
 class EtcdServer(EtcdCluster):
     """A single-member etcd."""
 
-    def __init__(self) -> None:
-        super().__init__(1)
+    def __init__(self, tls: ServerTLS | None = None) -> None:
+        super().__init__(1, tls)
 
     def __enter__(self) -> EtcdServer:
         super().__enter__()

@@ -18,7 +18,8 @@ import argparse
 import sys
 
 from agent.cluster.remove import RemoveRefused
-from agent.config import ConfigError, load
+from agent.config import ConfigError, check_etcd_tls, load
+from agent.errors import CniError
 from vswitchctl import views
 from vswitchctl.output import FORMATS, render
 from vswitchctl.sources import AgentDown, Cluster, EtcdDown, NotFound
@@ -54,14 +55,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def connect(args: argparse.Namespace) -> tuple[Cluster, int]:
-    """The etcd view and the default REST port, from --etcd/--prefix or the config file."""
+    """The etcd view and the default REST port, from --etcd/--prefix or the config file.
+
+    The config's TLS files (EtcdCAFile, EtcdCertFile, EtcdKeyFile) are the agent's, checked as
+    the agent checks them; https:// endpoints given with --etcd use them too. Raises
+    ConfigError, or CniError for endpoints the store refuses (https:// without a config)."""
     if args.etcd and not args.config:
         endpoints = [e.strip() for e in args.etcd.split(",") if e.strip()]
         return Cluster(endpoints, args.prefix or "/vswitch-cni/", 2.0), 9999
     cfg = load(args.config or DEFAULT_CONFIG)
+    check_etcd_tls(cfg)
     endpoints = ([e.strip() for e in args.etcd.split(",") if e.strip()] if args.etcd
                  else list(cfg.etcd_endpoints))
-    return (Cluster(endpoints, args.prefix or cfg.etcd_prefix, cfg.etcd_timeout),
+    tls = cfg.etcd_tls if all(e.startswith("https://") for e in endpoints) else None
+    return (Cluster(endpoints, args.prefix or cfg.etcd_prefix, cfg.etcd_timeout, tls),
             cfg.http_host_port[1])
 
 
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         cluster, port = connect(args)
-    except ConfigError as exc:
+    except (ConfigError, CniError) as exc:
         print(f"vswitchctl: bad config: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:

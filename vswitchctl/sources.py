@@ -17,7 +17,8 @@ from typing import Any
 from agent.cluster.node import NodeInfo
 from agent.cluster.registry import Registry
 from agent.cluster.remove import remove_node
-from agent.errors import CniError, TryAgainLater
+from agent.errors import CniError, EtcdTLSFailure, TryAgainLater
+from agent.etcdtls import EtcdTLS
 from agent.model import PodRecord
 
 
@@ -47,14 +48,18 @@ class Node:
 class Cluster:
     """The agent's etcd prefix, read through the agent's own Registry (one error table)."""
 
-    def __init__(self, endpoints: list[str], prefix: str, timeout: float) -> None:
+    def __init__(self, endpoints: list[str], prefix: str, timeout: float,
+                 tls: EtcdTLS | None = None) -> None:
         self.endpoints = endpoints
-        self._registry = Registry(endpoints, prefix, timeout)
+        self._registry = Registry(endpoints, prefix, timeout, tls)
 
     def _etcd(self, what: str, fn: Any) -> Any:
         try:
             return fn()
         except CniError as exc:
+            if isinstance(exc, EtcdTLSFailure):  # the reason is the news: say it
+                raise EtcdDown(f"etcd TLS failure at {', '.join(self.endpoints)} ({what}): "
+                               f"{exc.details}") from exc
             kind = "unreachable" if isinstance(exc, TryAgainLater) else "failed"
             raise EtcdDown(f"etcd {kind} at {', '.join(self.endpoints)} ({what}): "
                            f"{exc.msg}") from exc

@@ -56,7 +56,8 @@ class ClusterSide:
             log.warning("node IP %s is on no interface here: no mesh to other nodes", node_ip)
         local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
                            rest_port=cfg.http_host_port[1])
-        registry = Registry(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout)
+        registry = Registry(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout,
+                            cfg.etcd_tls)
         return cls(registry, local, MeshController(registry, local, mesh))
 
     def start(self) -> None:

@@ -70,7 +70,7 @@ def test_our_keys() -> None:
         # issue 15, defects 9 and 11
         ("TAPv2RxRingSize", 0, "between 1 and 32768"),
         ("TAPv2TxRingSize", 0, "between 1 and 32768"),
-        ("EtcdEndpoints", "https://10.0.0.1:2379", "only http://"),
+        ("EtcdEndpoints", "ftp://10.0.0.1:2379", "http:// or https://"),
         ("EtcdEndpoints", "http://10.0.0.1:port", "number from 1 to 65535"),
         ("EtcdEndpoints", "http://:2379", "http://HOST:PORT"),
         ("CNISocket", "/" + "s" * 107, "at most 107 bytes"),

@@ -2,10 +2,11 @@
 before it touches anything (issue 15, defect 9: these were tracebacks, some found only after the
 node ID was claimed or the gateway interface made).
 
-Plan: for each bad value (a config that is not UTF-8, an https or portless etcd endpoint, an
-HTTPAddress that does not resolve, a CNISocket over the unix path limit, a StateDir under a
-regular file, a GatewayInterface with a space), on top of a config that otherwise starts: exit 2,
-the key in the log, no traceback, no gateway interface and no socket directory made.
+Plan: for each bad value (a config that is not UTF-8, http:// and https:// etcd endpoints mixed,
+an etcd endpoint with a bad port, an HTTPAddress that does not resolve, a CNISocket over the unix
+path limit, a StateDir under a regular file, a GatewayInterface with a space), on top of a config
+that otherwise starts: exit 2, the key in the log, no traceback, no gateway interface and no
+socket directory made. (Bad etcd TLS files: tests/integration/test_etcd_tls.py.)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from testbed.agent import AGENT, agent_config, start_agent
 
 CASES: list[tuple[str, Any]] = [
-    ("EtcdEndpoints", ["https://127.0.0.1:2379"]),
+    ("EtcdEndpoints", ["http://127.0.0.1:2379", "https://127.0.0.1:2380"]),
     ("EtcdEndpoints", ["http://127.0.0.1:twentythree"]),
     ("HTTPAddress", "no-such-host.invalid:9999"),
     ("CNISocket", "/tmp/" + "s" * 110 + ".sock"),

@@ -1,8 +1,9 @@
 """The Kubernetes manifests: schema-valid, consistent with each other and with the agent.
 
 Plan: every document validates strictly against Kubernetes 1.31's schema (unknown fields are
-errors); the config map's agent config loads with the agent's own loader; its conflist is
-installed by install_cni together with a plugin zipapp that answers VERSION.
+errors); the config map's agent config loads with the agent's own loader, and so does its
+commented etcd TLS example, whose files are those of the Secret the DaemonSet mounts; its conflist
+is installed by install_cni together with a plugin zipapp that answers VERSION.
 """
 
 from __future__ import annotations
@@ -76,3 +77,21 @@ def test_install_cni_installs_a_working_plugin(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "1.1.0" in json.loads(out.stdout)["supportedVersions"]
+
+
+def test_the_etcd_tls_example_fits_the_daemonsets_secret() -> None:
+    """The config map's commented TLS lines, uncommented, load, and name the files of the
+    optional Secret the DaemonSet mounts (ca.crt, tls.crt, tls.key)."""
+    lines = config_map()["agent.yaml"].splitlines()
+    example = [ln.replace("# ", "", 1) if ln.lstrip().startswith("# Etcd") else ln
+               for ln in lines if not ln.lstrip().startswith("EtcdEndpoints")]
+    tls = parse(yaml.safe_load("\n".join(example)), env={"NODE_NAME": "n1"}).etcd_tls
+    assert tls is not None
+    (ds,) = [d for _, d in documents() if d["kind"] == "DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "etcd-tls"]
+    assert volume["secret"] == {"secretName": "vswitch-cni-etcd-tls", "optional": True,
+                                "defaultMode": 0o400}
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "etcd-tls"]
+    assert {tls.ca_file, tls.cert_file, tls.key_file} == {
+        f"{mount['mountPath']}/{key}" for key in ("ca.crt", "tls.crt", "tls.key")}
