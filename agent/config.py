@@ -146,7 +146,10 @@ def _endpoints(key: str, v: object) -> tuple[str, ...]:
 
 def _etcd_url(key: str, url: str) -> str:
     # the rules of agent.store.parse_endpoint, checked here so that start-up never meets them
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
+        raise ConfigError(key, url, f"not a URL ({exc})") from None
     if parts.scheme != "http":
         raise ConfigError(key, url, "only http:// endpoints are supported (no TLS yet)")
     try:
@@ -156,6 +159,16 @@ def _etcd_url(key: str, url: str) -> str:
     if not parts.hostname or parts.path not in ("", "/") or port == 0:
         raise ConfigError(key, url, "must be http://HOST:PORT like http://10.0.0.1:2379")
     return url
+
+
+def etcd_endpoints(key: str, v: object) -> tuple[str, ...]:
+    """Validates etcd endpoints given elsewhere than in the file (vswitchctl's --etcd)."""
+    return _endpoints(key, v)
+
+
+def etcd_prefix(key: str, v: object) -> str:
+    """Validates an etcd prefix given elsewhere than in the file (vswitchctl's --prefix)."""
+    return _prefix(key, v)
 
 
 def _prefix(key: str, v: object) -> str:

@@ -79,6 +79,8 @@ def test_our_keys() -> None:
         ("VPPHostInterface", "lo", "loopback"),
         ("NodeIP", "1.2.3", "IP address"),
         ("NodeIP", "node-1", "IP address"),
+        # issue 23, defect 5: urlsplit's ValueError escaped (a traceback at start)
+        ("EtcdEndpoints", "http://[::1", "not a URL"),
     ],
 )
 def test_bad_values_name_key_value_and_reason(key: str, value: object, reason: str) -> None:
