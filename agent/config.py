@@ -199,10 +199,29 @@ def _node_ip(key: str, v: object) -> str:
     s = _any_str(key, v)
     if s:
         try:
-            ipaddress.ip_interface(s)
+            address = ipaddress.ip_interface(s).ip
         except ValueError:
             raise ConfigError(key, v, "must be an IP address (optionally with /prefix)") from None
+        why = unusable_node_ip(address)
+        if why:
+            raise ConfigError(key, v, why)
     return s
+
+
+def unusable_node_ip(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Why other nodes could not reach a node at `address` ("" when they can): the node IP is
+    where every other node sends this node's VXLAN traffic."""
+    kinds = (
+        (address.is_unspecified, "is the unspecified address"),
+        (address.is_loopback, "is a loopback address: every node would reach itself"),
+        (address.is_multicast, "is a multicast address"),
+        (address.is_link_local, "is link-local: not routed, and ambiguous without an interface"),
+        (address.is_reserved, "is in reserved space, routed nowhere"),
+    )
+    for applies, why in kinds:
+        if applies:
+            return f"{why}; the node IP must be an address other nodes reach this node on"
+    return ""
 
 
 def _http_address(key: str, v: object) -> str:
