@@ -159,7 +159,10 @@ def _endpoints(key: str, v: object) -> tuple[str, ...]:
 
 def _etcd_url(key: str, url: str) -> str:
     # the rules of agent.store.parse_endpoint, checked here so that start-up never meets them
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
+        raise ConfigError(key, url, f"not a URL ({exc})") from None
     if parts.scheme not in ("http", "https"):
         raise ConfigError(key, url, "must be http:// or https:// (TLS: see EtcdCAFile)")
     try:
@@ -214,6 +217,16 @@ def check_etcd_tls(cfg: AgentConfig) -> None:
         raise ConfigError(exc.key, exc.path, exc.reason + whole) from None
 
 
+def etcd_endpoints(key: str, v: object) -> tuple[str, ...]:
+    """Validates etcd endpoints given elsewhere than in the file (vswitchctl's --etcd)."""
+    return _endpoints(key, v)
+
+
+def etcd_prefix(key: str, v: object) -> str:
+    """Validates an etcd prefix given elsewhere than in the file (vswitchctl's --prefix)."""
+    return _prefix(key, v)
+
+
 def _prefix(key: str, v: object) -> str:
     s = _str(key, v)
     if not s.startswith("/"):
@@ -242,10 +255,29 @@ def _node_ip(key: str, v: object) -> str:
     s = _any_str(key, v)
     if s:
         try:
-            ipaddress.ip_interface(s)
+            address = ipaddress.ip_interface(s).ip
         except ValueError:
             raise ConfigError(key, v, "must be an IP address (optionally with /prefix)") from None
+        why = unusable_node_ip(address)
+        if why:
+            raise ConfigError(key, v, why)
     return s
+
+
+def unusable_node_ip(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Why other nodes could not reach a node at `address` ("" when they can): the node IP is
+    where every other node sends this node's VXLAN traffic."""
+    kinds = (
+        (address.is_unspecified, "is the unspecified address"),
+        (address.is_loopback, "is a loopback address: every node would reach itself"),
+        (address.is_multicast, "is a multicast address"),
+        (address.is_link_local, "is link-local: not routed, and ambiguous without an interface"),
+        (address.is_reserved, "is in reserved space, routed nowhere"),
+    )
+    for applies, why in kinds:
+        if applies:
+            return f"{why}; the node IP must be an address other nodes reach this node on"
+    return ""
 
 
 def _http_address(key: str, v: object) -> str:

@@ -10,11 +10,17 @@ start).
 The mirror is one JSON file per ready attachment, `<StateDir>/pods/<sha256(key)[:32]>.json`,
 written whole (temp file, rename) when the record is ready or rewired and removed with it. It
 is not fsync'd: a node that loses power loses its pods too, and with them the need for a copy.
+
+The mirror is a cache: a disk that is read-only or full never fails a request. A copy that
+cannot be written, or cannot be removed (a DEL on a read-only disk), is noted as out of date
+and put right by `retry` (the DEL drainer calls it every second) or by the next start's `load`,
+whichever comes first. Until then a stale copy is only a file: the records in memory, which
+every decision reads, no longer hold it. The trouble is logged once and shown by /metrics
+(agent/statedir.DiskHealth).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -23,6 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agent.model import PodKey, PodRecord
+from agent.statedir import DiskHealth, sweep_temp_files, write_whole
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +39,26 @@ class KnownRecords:
 
     def __init__(self, directory: str | Path | None = None) -> None:
         self.directory = Path(directory) if directory is not None else None
-        if self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.health = DiskHealth("pods", self.directory or Path("."),
+                                 "pods are served without their copies on the node")
         self._lock = threading.Lock()
         self._records: dict[PodKey, PodRecord] = {}
+        self._behind: set[PodKey] = set()  # copies that differ from _records: write or remove
+        if self.directory is not None:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except OSError as exc:
+                self.health.failed(f"create {self.directory}", exc)
+            # Only the agent writes here, and only one agent runs (agent/app refuses a second):
+            # every temp file is a leftover of a killed agent.
+            sweep_temp_files(self.directory, lambda path, age: True)
 
     def load(self, records: Iterable[PodRecord]) -> None:
         """Replaces the copy (reconcile, with the surviving records); the mirror follows."""
         kept = {r.key: r for r in records}
         with self._lock:
             self._records = dict(kept)
+            self._behind.clear()
         for record in kept.values():
             self._write(record, unless_same=True)
         for key in {r.key for r in self.on_disk()} - set(kept):
@@ -53,9 +70,27 @@ class KnownRecords:
         self._write(record)
 
     def forget(self, key: PodKey) -> None:
+        """Drops `key`; never raises (a copy that cannot be removed now is removed later)."""
         with self._lock:
             self._records.pop(key, None)
         self._unlink(key)
+
+    def behind(self) -> list[PodKey]:
+        """The keys whose copy could not be written or removed yet."""
+        with self._lock:
+            return list(self._behind)
+
+    def retry(self, key: PodKey) -> None:
+        """Writes or removes `key`'s copy again if it is out of date (the caller holds the
+        key's request lock, so no ADD or DEL of the key changes it meanwhile)."""
+        with self._lock:
+            if key not in self._behind:
+                return
+            record = self._records.get(key)
+        if record is None:
+            self._unlink(key)
+        else:
+            self._write(record)
 
     def get(self, key: PodKey) -> PodRecord | None:
         with self._lock:
@@ -93,15 +128,35 @@ class KnownRecords:
         try:
             if unless_same and _text_of(path) == text:
                 return
-            tmp.write_text(text)
-            os.replace(tmp, path)
-        except OSError as exc:  # the copy is a safety net: the request goes on without it
-            log.error("cannot mirror the record of %s in %s: %s", record.key, path, exc)
+            write_whole(path, text.encode(), tmp)
+        except OSError as exc:  # the copy is a cache: the request goes on without it
+            self._note(record.key, behind=True)
+            self.health.failed(f"write the copy of {record.key}", exc)
+            return
+        self._note(record.key, behind=False)
+        self.health.succeeded()
 
     def _unlink(self, key: PodKey) -> None:
-        if self.directory is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path(key))
+        if self.directory is None:
+            return
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:  # no copy (never written, or removed): nothing was tried
+            self._note(key, behind=False)
+            return
+        except OSError as exc:
+            self._note(key, behind=True)
+            self.health.failed(f"remove the copy of {key}", exc)
+            return
+        self._note(key, behind=False)
+        self.health.succeeded()
+
+    def _note(self, key: PodKey, behind: bool) -> None:
+        with self._lock:
+            if behind:
+                self._behind.add(key)
+            else:
+                self._behind.discard(key)
 
 
 def _text_of(path: Path) -> str | None:

@@ -36,7 +36,7 @@ from agent import failpoints, podside
 from agent.adding import PodSide, PodStore, add_steps, netns_matches
 from agent.dataplane import Dataplane, UndoStack
 from agent.errors import CniError, TryAgainLater, UnknownContainer
-from agent.journal import DeleteJournal
+from agent.journal import DeleteJournal, JournalUnwritable
 from agent.known import KnownRecords
 from agent.locks import KeyedLocks
 from agent.metrics import Metrics
@@ -88,6 +88,22 @@ class PodManager:
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         self._refusing = ""
+        self._register_gauges()
+
+    def _register_gauges(self) -> None:
+        """The StateDir's gauges (docs/metrics.md), beside the agent's own (agent/app)."""
+        healths = ([self.known.health] if self.known.directory is not None else []) + (
+            [self.journal.health] if self.journal is not None else [])
+        if not healths:
+            return
+        self.metrics.labelled(
+            "vswitch_cni_state_dir_writable",
+            "0 while writes or removals in this part of the StateDir fail (read-only, full).",
+            ("part",), lambda: [((h.part,), 0.0 if h.problem else 1.0) for h in healths])
+        self.metrics.gauge(
+            "vswitch_cni_record_copies_behind",
+            "Pod record copies in the StateDir not written or removed yet (the disk refused).",
+            lambda: float(len(self.known.behind())))
 
     # ---- ADD -------------------------------------------------------------------------------
 
@@ -198,17 +214,17 @@ class PodManager:
                 # it is this DEL. Doing the DEL besides would release the addresses twice.
                 try:
                     self._drain_key(req.key)
-                except TryAgainLater:
+                except TryAgainLater as exc:
                     entry = self.journal.get(req.key)
                     if entry is not None and not entry.detached:
-                        self._delete_offline(req)  # the plugin's entry: tear it down now
+                        self._delete_offline(req, exc)  # the plugin's entry: tear it down now
                 return
             try:
                 record = self.store.get_pod(self.node_id, req.key)
-            except TryAgainLater:
+            except TryAgainLater as exc:
                 if self.journal is None:
                     raise
-                self._delete_offline(req)
+                self._delete_offline(req, exc)
                 return
             if record is None:
                 # Nothing recorded; still remove what a crashed ADD may have left (names are
@@ -223,21 +239,21 @@ class PodManager:
         failpoints.hit("del:detach")
         try:
             self.store.delete_pod(self.node_id, record.key, known=record)
-        except TryAgainLater:
+        except TryAgainLater as exc:
             if not (journal_if_unreachable and self.journal is not None):
                 raise
-            self._journal(record.key, record)
+            self._journal(record.key, record, exc)
             return
         self._forget(record.key)
         failpoints.hit("del:delete")
         self.pools.release(record.addresses)
         failpoints.hit("del:release")
 
-    def _delete_offline(self, req: CniRequest) -> None:
+    def _delete_offline(self, req: CniRequest, unreachable: TryAgainLater) -> None:
         record = self.known.get(req.key)
         self._detach(req.key, req.netns, record)
         failpoints.hit("del:detach")
-        self._journal(req.key, record)
+        self._journal(req.key, record, unreachable)
 
     def _detach(self, key: PodKey, netns: str, record: PodRecord | None) -> None:
         """The dataplane half of a DEL: from the record when there is one, else from the key
@@ -248,9 +264,22 @@ class PodManager:
             wiring = Wiring(**record.wiring) if record.wiring else None
             self.dataplane.detach(record.network(), wiring)
 
-    def _journal(self, key: PodKey, record: PodRecord | None) -> None:
+    def _journal(self, key: PodKey, record: PodRecord | None,
+                 unreachable: TryAgainLater) -> None:
+        """Journals the release of a detached attachment while etcd is unreachable. When the
+        journal cannot be written either (StateDir full or read-only), the DEL fails with 11:
+        the record stays known and the addresses reserved, and the runtime's retry of the DEL
+        (idempotent: the dataplane is already torn down) finishes it."""
         assert self.journal is not None
-        self.journal.add(key, record)
+        try:
+            self.journal.add(key, record)
+        except JournalUnwritable as exc:
+            raise TryAgainLater(
+                f"DEL of {key} cannot finish now: etcd is unreachable and the StateDir cannot "
+                "journal the release (full or read-only); the pod is torn down, its addresses "
+                "stay reserved until a retried DEL settles them",
+                f"etcd: {unreachable}; {exc}",
+            ) from exc
         self._forget(key)
         log.warning("etcd unreachable: DEL of %s journaled; released once etcd answers", key)
 
@@ -295,14 +324,31 @@ class PodManager:
 
         def run() -> None:
             while not self._stop.wait(interval):
-                if self.journal is not None:
-                    try:
+                try:
+                    self.retry_state_dir()
+                    if self.journal is not None:
                         self.drain_journal()
-                    except Exception:  # never let the drainer die; it logs and tries again
-                        log.exception("DEL journal drain failed")
+                except Exception:  # never let the drainer die; it logs and tries again
+                    log.exception("DEL journal drain failed")
 
         self._drainer = threading.Thread(target=run, name="del-journal", daemon=True)
         self._drainer.start()
+
+    def retry_state_dir(self) -> None:
+        """Puts right the record copies and removes the settled journal entries a read-only or
+        full StateDir refused (each under its key's lock: a request of that key may change it)."""
+        for key in self.known.behind():
+            with self.locks.hold(key):
+                self.known.retry(key)
+        if self.journal is not None:
+            for key in self.journal.unremoved():
+                with self.locks.hold(key):
+                    self.journal.retry_remove(key)
+
+    def state_dir_problems(self) -> list[str]:
+        """What is wrong with the StateDir now, one line per part ([] when all is well)."""
+        healths = [self.known.health] + ([self.journal.health] if self.journal else [])
+        return [f"StateDir {h.directory}: {h.problem}" for h in healths if h.problem]
 
     def stop(self) -> None:
         self._stop.set()

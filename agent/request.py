@@ -2,13 +2,16 @@
 
 Everything the runtime sent is checked here, once, before any state is touched: the identity
 fields by the CNI spec's rules (container ID charset, interface name limits), the netns path
-(any absolute path the runtime gives; never parsed), the network config JSON and CNI_ARGS.
-Errors name the offending variable or field, with the spec's codes (4 env, 6 decode, 7 config).
+(any absolute path the runtime gives; never parsed), the network config JSON and CNI_ARGS, whose
+pod identity (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID) goes into the record, etcd, logs and
+vswitchctl's output and so must be what Kubernetes allows. Errors name the offending variable
+or field, with the spec's codes (4 env, 6 decode, 7 config).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,6 +30,15 @@ _CHECK_SINCE = "0.4.0"
 # of one or more alphanumeric characters, underscore, dot or hyphen".
 _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 _MAX_CONFIG_BYTES = 1 << 20
+# The pod identity in CNI_ARGS, at most as long as Kubernetes allows: a namespace is a DNS label
+# (63), a pod name a DNS subdomain (253); a UID is a UUID (36), 128 leaves room for other
+# runtimes'. Characters: Kubernetes' (lower-case letters, digits, '-', '.') and podman's (which
+# sends its container name as K8S_POD_NAME: also upper case and '_'), as for container IDs.
+POD_ARG_LIMITS = {"K8S_POD_NAMESPACE": 63, "K8S_POD_NAME": 253, "K8S_POD_UID": 128}
+_WHAT = {"K8S_POD_NAMESPACE": "a Kubernetes namespace", "K8S_POD_NAME": "a Kubernetes pod name",
+         "K8S_POD_UID": "a pod UID"}
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,41 @@ def parse_cni_args(raw: str) -> dict[str, str]:
     return args
 
 
+def validate_pod_arg(name: str, value: str) -> None:
+    """One of POD_ARG_LIMITS' CNI_ARGS; empty is absent. Raises InvalidEnvironment (code 4)
+    naming it, with the value cut short (it may be 100 KB)."""
+    if not value:
+        return
+    limit = POD_ARG_LIMITS[name]
+    if len(value) > limit:
+        raise InvalidEnvironment(f"CNI_ARGS {name} is too long",
+                                 f"{len(value)} characters; {_WHAT[name]} has at most {limit}")
+    if not _CONTAINER_ID.fullmatch(value):
+        shown = repr(value if len(value) <= 40 else value[:40] + "...")
+        raise InvalidEnvironment(
+            f"CNI_ARGS {name} is invalid",
+            f"{shown}: must start with a letter or digit and contain only letters, digits, "
+            "'_', '.' and '-'",
+        )
+
+
+def _pod_args(verb: str, args: dict[str, str], pod_uid: str) -> str:
+    """Validates the pod identity (ADD, CHECK) or drops what is invalid (DEL: best effort, it
+    needs only the container ID and ifname, and an attachment an older agent accepted must
+    stay deletable); returns the pod UID (the request's field, else K8S_POD_UID)."""
+    given = dict(args, K8S_POD_UID=pod_uid) if pod_uid else args
+    for name in POD_ARG_LIMITS:
+        try:
+            validate_pod_arg(name, given.get(name, ""))
+        except InvalidEnvironment as exc:
+            if verb != "DEL":
+                raise
+            log.warning("DEL ignores %s", exc)
+            args.pop(name, None)
+            given.pop(name, None)
+    return given.get("K8S_POD_UID", "")
+
+
 def validate_container_id(container_id: str) -> None:
     if not container_id:
         raise InvalidEnvironment("CNI_CONTAINERID is empty")
@@ -165,5 +212,5 @@ def parse(
     if verb == "CHECK":
         validate_prev_result(config)
     args = parse_cni_args(cni_args)
-    uid = pod_uid or args.get("K8S_POD_UID", "")
+    uid = _pod_args(verb, args, pod_uid)
     return CniRequest(verb, cversion, container_id, ifname, netns, config, args, uid)

@@ -23,7 +23,14 @@ from agent.errors import CniError, InternalError, InvalidConfig
 from agent.model import PodKey, PodRecord
 from agent.netlink import check_pod_netns
 from agent.pods import PodManager
-from agent.request import SUPPORTED_VERSIONS, CniRequest, cni_version, decode_config, parse
+from agent.request import (
+    POD_ARG_LIMITS,
+    SUPPORTED_VERSIONS,
+    CniRequest,
+    cni_version,
+    decode_config,
+    parse,
+)
 from protos import cni_pb2, cni_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -103,8 +110,7 @@ class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ig
             self._busy += 1
         # Every record logged while serving carries the request's fields (agent/logs.py).
         fields = logs.bound(verb=verb, container_id=request.container_id,
-                            ifname=request.interface_name,
-                            pod=logs.pod_from_args(request.extra_arguments))
+                            ifname=request.interface_name, pod=_pod_field(request))
         try:
             with fields:
                 reply, code = self._answer(verb, request, context, handler, start)
@@ -172,6 +178,17 @@ class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ig
         version = cni_version(config, request.version or "1.1.0")
         self.status()
         return cni_pb2.CNIReply(result=0, cni_version=version)
+
+
+def _pod_field(request: cni_pb2.CNIRequest) -> str:
+    """The `pod` field of the request's log lines, bound before the request is validated: cut
+    to what a valid namespace/name can be, so that a 100 KB K8S_POD_NAME (refused by
+    agent/request) does not go into every line logged about it."""
+    pod = logs.pod_from_args(request.extra_arguments)
+    return pod if len(pod) <= _POD_FIELD_MAX else pod[:_POD_FIELD_MAX] + "..."
+
+
+_POD_FIELD_MAX = POD_ARG_LIMITS["K8S_POD_NAMESPACE"] + 1 + POD_ARG_LIMITS["K8S_POD_NAME"]
 
 
 def _fail(context: grpc.ServicerContext, exc: CniError) -> cni_pb2.CNIReply:

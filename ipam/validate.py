@@ -1,4 +1,5 @@
-"""Whole-config checks of an `IPAMConfig`: prefix lengths that fit, no overlaps, room for a node.
+"""Whole-config checks of an `IPAMConfig`: usable ranges, prefix lengths that fit, no overlaps,
+room for a node.
 
 Run once at start (`IPAMConfig.from_mapping` calls it); a refusal names the key, the value and
 what to change. Pure: no I/O.
@@ -6,6 +7,7 @@ what to change. Pure: no I/O.
 
 from __future__ import annotations
 
+import ipaddress
 from itertools import combinations
 
 from ipam._parse import ConfigError, IPNetwork
@@ -15,6 +17,48 @@ from ipam.subnets import node_id_bounds
 # Host numbers a per-node subnet must hold beside its pods or interconnect ends.
 _MIN_POD_ADDRESSES = 8  # network, gateway, reserved last, broadcast + at least 4 pods
 _MIN_HOST_ADDRESSES = 4  # network, VPP end, Linux end, broadcast
+
+
+# Ranges no subnet of the plan may touch: a pod, a node end, a VXLAN end or a Service address
+# there cannot work (the kernel and VPP drop or refuse loopback, multicast, link-local and
+# unspecified sources; reserved space is routed nowhere). IPv6's reserved blocks are IANA's
+# "Reserved by IETF" (Python's ipaddress: is_reserved). More specific entries come first.
+_UNUSABLE: tuple[tuple[IPNetwork, str], ...] = tuple(
+    (ipaddress.ip_network(net), why) for net, why in [
+        ("0.0.0.0/8", "unspecified space ('this network', RFC 1122: no host has such an address)"),
+        ("127.0.0.0/8", "loopback space (never leaves a host)"),
+        ("169.254.0.0/16", "link-local space (never routed off a link)"),
+        ("224.0.0.0/4", "multicast space (no interface address)"),
+        ("240.0.0.0/4", "reserved space (class E and 255.255.255.255: routed nowhere)"),
+        ("::/128", "the unspecified address (no host has it)"),
+        ("::1/128", "loopback space (never leaves a host)"),
+        ("fe80::/10", "link-local space (never routed off a link)"),
+        ("ff00::/8", "multicast space (no interface address)"),
+        *((str(net), "space reserved by the IETF (routed nowhere)")
+          for net in ("::/8", "100::/8", "200::/7", "400::/6", "800::/5", "1000::/4", "4000::/3",
+                      "6000::/3", "8000::/3", "a000::/3", "c000::/3", "e000::/4", "f000::/5",
+                      "f800::/6", "fe00::/9")),
+    ])
+
+
+def _check_usable(cfg: IPAMConfig) -> None:
+    """Every subnet the plan uses lies outside the unusable ranges (ContivCIDR first: the
+    subnets it carves are inside it, and the key to change is its)."""
+    subnets: list[tuple[str, IPNetwork]] = []
+    if cfg.contiv_cidr is not None:
+        subnets.append(("ContivCIDR", cfg.contiv_cidr))
+    subnets += [(key, net) for key, net, _ in cfg.pod_subnets()]
+    subnets.append(("VPPHostSubnetCIDR", cfg.vpp_host_subnet_cidr))
+    if not cfg.node_interconnect_dhcp and cfg.node_interconnect_cidr is not None:
+        subnets.append(("NodeInterconnectCIDR", cfg.node_interconnect_cidr))
+    subnets += [("VxlanCIDR", cfg.vxlan_cidr), ("ServiceCIDR", cfg.service_cidr)]
+    for key, net in subnets:
+        for bad, why in _UNUSABLE:
+            if net.version == bad.version and net.overlaps(bad):
+                # CIDR blocks nest: overlapping and no shorter means inside
+                where = "is" if net.prefixlen >= bad.prefixlen else f"overlaps {bad},"
+                raise ConfigError(key, str(net), f"{where} {why}; use unicast space such as "
+                                  "10.0.0.0/8 or fd00::/8")
 
 
 def _check_split(cluster_key: str, cluster: IPNetwork, len_key: str, plen: int,
@@ -55,6 +99,7 @@ def _check_gateway(cfg: IPAMConfig) -> None:
 
 
 def validate_config(cfg: IPAMConfig) -> None:
+    _check_usable(cfg)
     for key, net, plen in cfg.pod_subnets():
         len_key = "PodNetworkV6PrefixLen" if key == "PodSubnetV6CIDR" else "PodNetworkPrefixLen"
         _check_split(key, net, len_key, plen, _MIN_POD_ADDRESSES)

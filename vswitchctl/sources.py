@@ -103,32 +103,40 @@ class Agent:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def get(self, path: str, missing_ok: bool = False) -> Any:
-        """The decoded JSON answer; None for a 404 when `missing_ok`. Raises AgentDown."""
+    def get(self, path: str, missing: str = "") -> Any:
+        """The decoded JSON answer. Raises AgentDown for anything else, except that a 404 whose
+        error starts with `missing` (the agent's own "no such object") gives None: a 404 of
+        something that is not an agent, or of a path the agent does not serve, is no answer."""
         try:
             with urllib.request.urlopen(self.url + path, timeout=self.timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
-            if exc.code == 404 and missing_ok:
+            text = _error_text(exc)
+            if exc.code == 404 and missing and text.startswith(missing):
                 return None
             raise AgentDown(f"agent at {self.url} answered {exc.code} for {path}: "
-                            f"{_error_text(exc)}") from exc
+                            f"{text}") from exc
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise AgentDown(f"agent at {self.url} unreachable: {reason}") from exc
 
     def check(self, container_id: str, ifname: str) -> dict[str, Any] | None:
+        """The agent's live check of one attachment; None when the agent has no such
+        attachment (its 404 `no attachment ...`, docs/rest-api.md)."""
         quoted = urllib.parse.quote(container_id, safe="")
         query = urllib.parse.urlencode({"ifname": ifname})
-        answer = self.get(f"/v1/pods/{quoted}/check?{query}", missing_ok=True)
+        answer = self.get(f"/v1/pods/{quoted}/check?{query}", missing="no attachment ")
         return dict(answer) if answer is not None else None
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:
+    """The agent's JSON `error`, else the HTTP reason (one line, cut short)."""
     try:
-        return str(json.loads(exc.read()).get("error", exc.reason))
+        text = str(json.loads(exc.read()).get("error", exc.reason))
     except (ValueError, AttributeError, OSError):
-        return str(exc.reason)
+        text = str(exc.reason)
+    text = " ".join(text.split())
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def agent_url(node: Node, default_port: int) -> str | None:

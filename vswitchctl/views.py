@@ -47,10 +47,28 @@ def _ask(ctx: Context, node: Node, errors: list[str], fn: Callable[[Agent], Any]
 
 
 def _check(ctx: Context, node: Node, record: PodRecord,
-           errors: list[str]) -> dict[str, Any] | None:
-    result: dict[str, Any] | None = _ask(
-        ctx, node, errors, lambda a: a.check(record.container_id, record.ifname))
-    return result
+           errors: list[str]) -> dict[str, Any] | str:
+    """The live check of `record` by its node's agent, or why it did not run. An agent that
+    does not answer, or that has no such attachment although etcd still records it on the
+    agent's node (`--agent` naming another node's agent, say), is an error in `errors`; an
+    attachment deleted since etcd was read is not."""
+    agent = ctx.agent(node)
+    if agent is None:
+        errors.append(f"node {node.name}: no registry entry, so no agent address (use --agent)")
+        return "not run (no agent address)"
+    try:
+        answer = agent.check(record.container_id, record.ifname)
+    except AgentDown as exc:
+        errors.append(str(exc))
+        return "not run (its agent did not answer)"
+    if answer is not None:
+        return answer
+    if not any(r.key == record.key for r in ctx.cluster.pods(node.node_id)):
+        return "not run (the attachment was deleted meanwhile)"
+    hint = " (is --agent that node's agent?)" if ctx.agent_override else ""
+    errors.append(f"agent at {agent.url} has no attachment {record.container_id}/"
+                  f"{record.ifname}, which etcd records on node {node.name}{hint}")
+    return "not run (its agent does not know it)"
 
 
 def _mesh_summary(snapshot: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -127,27 +145,31 @@ def pod(ctx: Context, which: str) -> View:
     view = View([], ["FIELD", "VALUE"])
     for node, record in found:
         check = _check(ctx, node, record, view.agent_errors)
-        view.document.append({"node": node.name, "record": record.to_json_dict(),
-                              "check": _without_record(check)})
-        if check is not None and not check.get("ok"):
-            view.failed = True
+        doc: dict[str, Any] = {"node": node.name, "record": record.to_json_dict()}
+        if isinstance(check, str):
+            doc.update(check=None, checkNotRun=check)
+        else:
+            doc["check"] = _without_record(check)
+        view.document.append(doc)
+        if isinstance(check, str) or not check.get("ok"):
+            view.failed = True  # exit 1, or 4 when an agent is among the reasons
         view.rows += _pod_rows(node, record, check)
     return view
 
 
-def _without_record(check: dict[str, Any] | None) -> dict[str, Any] | None:
+def _without_record(check: dict[str, Any]) -> dict[str, Any]:
     """The check's outcome; its copy of the record is the one shown beside it."""
-    return None if check is None else {k: v for k, v in check.items() if k != "record"}
+    return {k: v for k, v in check.items() if k != "record"}
 
 
-def _pod_rows(node: Node, record: PodRecord, check: dict[str, Any] | None) -> list[list[str]]:
+def _pod_rows(node: Node, record: PodRecord, check: dict[str, Any] | str) -> list[list[str]]:
     rows = [["node", f"{node.name} (ID {node.node_id})"],
             ["pod", pod_label(record.pod_namespace, record.pod_name)]]
     for key, value in record.to_json_dict().items():
         if key not in ("pod_namespace", "pod_name"):
             rows.append([key, _text(value)])
-    if check is None:
-        rows.append(["check", "not run (agent unreachable)"])
+    if isinstance(check, str):
+        rows.append(["check", check])
     else:
         rows.append(["check", "ok" if check.get("ok") else "FAILED"])
         rows += [["problem", p] for p in check.get("problems", [])]
@@ -191,7 +213,7 @@ def _leaks(ctx: Context, node: Node, records: list[PodRecord],
     before = len(errors)
     for record in records:
         check = _check(ctx, node, record, errors)
-        if check is not None and any("is gone" in p for p in check.get("problems", [])):
+        if isinstance(check, dict) and any("is gone" in p for p in check.get("problems", [])):
             leaks.append({"kind": "netns-gone", "what": f"{record.container_id}/{record.ifname}",
                           "owner": pod_label(record.pod_namespace, record.pod_name),
                           "netns": record.netns})

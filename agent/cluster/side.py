@@ -7,6 +7,7 @@ node and follows the registry in background threads. Nothing here is on the requ
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agent.cluster.controller import MeshController
 from agent.cluster.node import NodeInfo, NodeInfoError, NoNodeIP, choose_node_ip, local_node
 from agent.cluster.registry import Liveness, Registry
-from agent.config import AgentConfig
+from agent.config import AgentConfig, unusable_node_ip
 from agent.dataplane.kernel_mesh import KernelMesh
 from agent.errors import InvalidConfig
 from ipam import NodeNetworks
@@ -38,22 +39,41 @@ class ClusterSide:
         cls, cfg: AgentConfig, networks: NodeNetworks, dataplane: Any = None,
         env: Mapping[str, str] | None = None,
     ) -> ClusterSide | None:
-        """Raises InvalidConfig for a node IP that is no address or a pod MTU that cannot fit;
-        None (the node stays out of the mesh, warned about) when there is no node IP at all.
+        """Raises InvalidConfig for a node IP that is no address, cannot be reached (loopback,
+        multicast, ...) or, given as NodeIP or NODE_IP, is on none of this node's interfaces,
+        and for a pod MTU that cannot fit; None (the node stays out of the mesh, warned about)
+        when there is no node IP at all.
         `dataplane`: the pod dataplane (not started yet); the VPP mesh shares its connection."""
+        env = os.environ if env is None else env
         try:
-            node_ip = choose_node_ip(cfg.node_ip, os.environ if env is None else env, networks)
+            node_ip = choose_node_ip(cfg.node_ip, env, networks)
         except NoNodeIP as exc:
             log.warning("%s: this node is not published to the node registry", exc)
             return None
         except NodeInfoError as exc:
             raise InvalidConfig(str(exc), "set NodeIP, or NODE_IP in the environment") from exc
+        source = "NodeIP" if cfg.node_ip else "NODE_IP" if env.get("NODE_IP") else ""
+        why = unusable_node_ip(ipaddress.ip_address(node_ip))
+        if why:
+            raise InvalidConfig(f"{source or 'the node IP'} {node_ip} {why}")
         mesh = _mesh(cfg, networks, dataplane)
         probe = local_node(cfg.node_name, node_ip, networks)
         mesh.check_mtu(probe)
         uplink = (mesh if isinstance(mesh, KernelMesh) else mesh.linux).uplink(probe)
+        if uplink is None and source:
+            # Published, it would have every other node tunnel to an address nobody holds (a
+            # typo, or one NodeIP in a config map all nodes share): refused, not warned about.
+            raise InvalidConfig(
+                f"{source} {node_ip} is on no interface of this node",
+                "other nodes would send this node's traffic to it; give this node's own "
+                "address (the DaemonSet sets NODE_IP from status.hostIP; a NodeIP in a config "
+                "map that all nodes share is wrong on all but one)")
         if uplink is None:
-            log.warning("node IP %s is on no interface here: no mesh to other nodes", node_ip)
+            # The Contiv default (host number <node ID> of NodeInterconnectCIDR), no address
+            # given: a single node, or one whose interconnect address comes later.
+            log.warning("node IP %s (NodeInterconnectCIDR host %d) is on no interface here: no "
+                        "mesh to other nodes until it is; set NodeIP or NODE_IP",
+                        node_ip, networks.node_id)
         local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
                            rest_port=cfg.http_host_port[1])
         registry = Registry(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout,

@@ -79,6 +79,16 @@ def test_our_keys() -> None:
         ("VPPHostInterface", "lo", "loopback"),
         ("NodeIP", "1.2.3", "IP address"),
         ("NodeIP", "node-1", "IP address"),
+        # issue 23, defect 5: urlsplit's ValueError escaped (a traceback at start)
+        ("EtcdEndpoints", "http://[::1", "not a URL"),
+        # issue 23, defect 6: a node IP no other node can reach was published
+        ("NodeIP", "127.0.0.1", "loopback"),
+        ("NodeIP", "::1", "loopback"),
+        ("NodeIP", "0.0.0.0", "unspecified"),
+        ("NodeIP", "224.0.0.5/24", "multicast"),
+        ("NodeIP", "169.254.10.1", "link-local"),
+        ("NodeIP", "fe80::1/64", "link-local"),
+        ("NodeIP", "240.0.0.1", "reserved"),
     ],
 )
 def test_bad_values_name_key_value_and_reason(key: str, value: object, reason: str) -> None:

@@ -116,3 +116,53 @@ def test_any_request_is_a_request_or_a_cni_error(verb: str, config_json: str, co
             valid_attachments(req.config)
         except CniError as exc:
             assert exc.code == 7
+
+
+# --- issue 23, defect 6: the pod's identity from CNI_ARGS has Kubernetes' limits ----------------
+@pytest.mark.parametrize(
+    ("cni_args", "named"),
+    [
+        ("K8S_POD_NAME=" + "p" * 120_000, "K8S_POD_NAME"),
+        ("K8S_POD_NAME=" + "p" * 254, "K8S_POD_NAME"),
+        ("K8S_POD_NAMESPACE=" + "n" * 64, "K8S_POD_NAMESPACE"),
+        ("K8S_POD_UID=" + "u" * 129, "K8S_POD_UID"),
+        ("K8S_POD_NAME=a/b", "K8S_POD_NAME"),
+        ("K8S_POD_NAME=web\n2024-01-01 INFO forged log line", "K8S_POD_NAME"),
+        ("K8S_POD_NAMESPACE=kube system", "K8S_POD_NAMESPACE"),
+        ("K8S_POD_NAMESPACE=-lead", "K8S_POD_NAMESPACE"),
+        ("K8S_POD_UID=\x1b[31mred", "K8S_POD_UID"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["ADD", "CHECK"])
+def test_pod_identity_args_beyond_kubernetes_limits_are_refused(
+        verb: str, cni_args: str, named: str) -> None:
+    with pytest.raises(CniError) as info:
+        parse(verb, **fields(cni_args=cni_args))
+    assert info.value.code == 4
+    assert named in info.value.msg
+    assert len(str(info.value)) < 400  # the value is never echoed whole
+
+
+def test_the_pod_uid_field_is_judged_like_k8s_pod_uid() -> None:
+    with pytest.raises(CniError) as info:
+        parse("ADD", **fields(), pod_uid="u" * 200)
+    assert info.value.code == 4 and "K8S_POD_UID" in info.value.msg
+
+
+@pytest.mark.parametrize("cni_args", [
+    "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-5d78c9869d-x2x7q;"
+    "K8S_POD_UID=3f1c2a8e-1d0b-4c1e-9b51-7e4a0f6a2c10",
+    "K8S_POD_NAME=" + "a" * 253 + ";K8S_POD_NAMESPACE=" + "b" * 63,
+    "K8S_POD_NAME=My_Container.1",  # podman sends its container name, which may have these
+    "K8S_POD_NAME=;K8S_POD_NAMESPACE=",  # empty: absent
+    "IgnoreUnknown=1;K8S_POD_INFRA_CONTAINER_ID=" + "x" * 1000,  # not ours to judge
+])
+def test_real_pod_identities_pass(cni_args: str) -> None:
+    parse("ADD", **fields(cni_args=cni_args))
+
+
+def test_del_ignores_a_bad_pod_identity() -> None:
+    # DEL is best effort and needs only the container ID and ifname: an attachment an older
+    # agent accepted with such a name must still be deletable
+    req = parse("DEL", **fields(cni_args="K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + "p" * 300))
+    assert req.pod_name == "" and req.pod_namespace == "default"

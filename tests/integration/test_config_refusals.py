@@ -7,6 +7,9 @@ an etcd endpoint with a bad port, an HTTPAddress that does not resolve, a CNISoc
 path limit, a StateDir under a regular file, a GatewayInterface with a space), on top of a config
 that otherwise starts: exit 2, the key in the log, no traceback, no gateway interface and no
 socket directory made. (Bad etcd TLS files: tests/integration/test_etcd_tls.py.)
+A node IP that other nodes cannot reach (NodeIP or NODE_IP on no interface of the node, or a
+loopback NODE_IP): the agent does not start, its log names the source and the address, nothing
+is published to the node registry (it was published with a warning).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.cluster.registry import Registry
 from testbed.agent import AGENT, agent_config, start_agent
 
 CASES: list[tuple[str, Any]] = [
@@ -76,3 +80,42 @@ def test_config_that_is_not_utf8_is_refused(tmp_path: Path, etcd_endpoints: list
     assert "not UTF-8" in out.stderr and str(path) in out.stderr
     assert "Traceback" not in out.stderr
     assert not link_exists(config["GatewayInterface"])
+
+
+# --- issue 23, defect 6: a node IP other nodes cannot reach is not published -------------------
+def on_some_interface(ip: str) -> bool:
+    out = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True, check=True)
+    return f" {ip}/" in out.stdout
+
+
+@pytest.mark.parametrize(("source", "ip"), [
+    ("NodeIP", "192.0.2.77"),  # TEST-NET-1: on no interface of this machine
+    ("NODE_IP", "192.0.2.78"),
+    ("NODE_IP", "127.0.0.1"),  # on lo, so an uplink; but every node would tunnel to itself
+])
+def test_a_node_ip_no_node_can_reach_is_refused_and_not_published(
+        tmp_path: Path, etcd_endpoints: list[str], source: str, ip: str) -> None:
+    assert ip.startswith("127.") or not on_some_interface(ip)
+    config = agent_config(tmp_path, etcd_endpoints, pod_subnet="10.245.0.0/16",
+                          node_name="unreachable-ip")
+    env = {"NODE_IP": ip} if source == "NODE_IP" else {}
+    if source == "NodeIP":
+        config["NodeIP"] = ip
+    handle = start_agent(tmp_path, config, env=env)
+    try:
+        with pytest.raises(RuntimeError, match="agent exited"):
+            handle.wait_ready(timeout=60)  # the agent was ready, its node published, before
+    finally:
+        handle.stop()
+        subprocess.run(["ip", "link", "del", config["GatewayInterface"]], capture_output=True,
+                       check=False)
+    log = handle.log()
+    assert handle.process.returncode != 0, log
+    assert f"{source} {ip}" in log, log
+    assert "Traceback" not in log, log
+    assert not link_exists(config["GatewayInterface"])
+    registry = Registry(etcd_endpoints, config["EtcdPrefix"], 2.0)
+    try:
+        assert registry.entries()[0] == {}
+    finally:
+        registry.close()

@@ -10,6 +10,10 @@ Plan:
 - a full pod subnet: code 100 with gRPC status RESOURCE_EXHAUSTED (was INTERNAL);
 - CNI_NETNS naming the node's own namespace (the agent's, the test's): code 4, no address taken,
   no route added to the node.
+- (issue 23, defect 6) a 120 KB K8S_POD_NAME, a 64-character K8S_POD_NAMESPACE, a K8S_POD_UID
+  with a newline, through the real plugin: code 4 naming the variable, in a short message; no
+  record, no address taken, the value never logged whole (the name went into the record, etcd
+  and vswitchctl's output); the same pod's DEL still succeeds.
 """
 
 from __future__ import annotations
@@ -126,3 +130,27 @@ def test_a_full_pod_subnet_is_resource_exhausted(
             err = failed(stub.Add, request(make_netns()))
         assert dict(err.trailing_metadata())["cni-error-code"] == "100"
         assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.parametrize(("arg", "value"), [
+    ("K8S_POD_NAME", "p" * 120_000),
+    ("K8S_POD_NAMESPACE", "n" * 64),
+    ("K8S_POD_UID", "uid\nforged"),
+])
+def test_a_pod_identity_kubernetes_would_refuse_is_refused(
+        agent: AgentHandle, make_netns: Callable[[], str], arg: str, value: str) -> None:
+    netns, container = make_netns(), f"c{secrets.token_hex(6)}"
+    args = {"K8S_POD_NAMESPACE": "default", "K8S_POD_NAME": "web", arg: value}
+    cni_args = ";".join(f"{k}={v}" for k, v in args.items())
+    out = run_plugin("ADD", net_config(agent), container_id=container, netns=netns,
+                     args=cni_args)
+    assert out.returncode != 0, "ADD accepted it"
+    assert out.json["code"] == 4 and arg in out.json["msg"], out.json
+    assert len(out.stdout) < 1000
+    assert agent.allocated() == set()
+    assert agent.get("/v1/pods")[1]["pods"] == []
+    if len(value) > 1000:
+        assert value[:1000] not in agent.log()  # cut short wherever it is logged
+    deleted = run_plugin("DEL", net_config(agent), container_id=container, netns=netns,
+                         args=cni_args)
+    assert deleted.returncode == 0, deleted.stdout

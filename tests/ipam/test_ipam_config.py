@@ -110,3 +110,45 @@ def test_ipv6_single_stack_gets_ipv6_sized_defaults() -> None:
     cfg, _ = IPAMConfig.from_mapping({"PodSubnetCIDR": "fd00:1::/48",
                                       "VPPHostSubnetCIDR": "fd00:2::/96"})
     assert cfg.pod_network_prefix_len == 64 and cfg.vpp_host_network_prefix_len == 112
+
+
+# ---- issue 23, defect 6: address ranges no subnet of the plan can use -----------------------
+
+@pytest.mark.parametrize(
+    ("mapping", "key", "why"),
+    [
+        ({"PodSubnetCIDR": "127.0.0.0/16"}, "PodSubnetCIDR", "loopback"),
+        ({"PodSubnetCIDR": "224.0.0.0/16"}, "PodSubnetCIDR", "multicast"),
+        ({"PodSubnetCIDR": "169.254.0.0/16"}, "PodSubnetCIDR", "link-local"),
+        ({"PodSubnetCIDR": "0.0.0.0/16"}, "PodSubnetCIDR", "unspecified"),
+        ({"PodSubnetCIDR": "240.0.0.0/16"}, "PodSubnetCIDR", "reserved"),
+        ({"PodSubnetCIDR": "120.0.0.0/5"}, "PodSubnetCIDR", "loopback"),  # holds 127/8
+        ({"VPPHostSubnetCIDR": "169.254.0.0/16"}, "VPPHostSubnetCIDR", "link-local"),
+        ({"NodeInterconnectCIDR": "127.0.5.0/24"}, "NodeInterconnectCIDR", "loopback"),
+        ({"VxlanCIDR": "239.1.1.0/24"}, "VxlanCIDR", "multicast"),
+        ({"ServiceCIDR": "255.255.0.0/16"}, "ServiceCIDR", "reserved"),
+        ({"ContivCIDR": "127.0.0.0/8"}, "ContivCIDR", "loopback"),
+        ({"PodSubnetV6CIDR": "fe80::/48"}, "PodSubnetV6CIDR", "link-local"),
+        ({"PodSubnetV6CIDR": "ff05::/48"}, "PodSubnetV6CIDR", "multicast"),
+        ({"PodSubnetV6CIDR": "::/48"}, "PodSubnetV6CIDR", "unspecified"),
+        ({"PodSubnetV6CIDR": "4000::/48"}, "PodSubnetV6CIDR", "reserved"),
+        ({"PodSubnetCIDR": "::ffff:0:0/96", "VPPHostSubnetCIDR": "fd00:2::/96"},
+         "PodSubnetCIDR", "reserved"),
+        ({"PodSubnetCIDR": "fd00:1::/48", "VPPHostSubnetCIDR": "::1/128"},
+         "VPPHostSubnetCIDR", "loopback"),
+    ],
+)
+def test_ranges_that_cannot_carry_pods_or_nodes_are_refused(
+        mapping: dict[str, object], key: str, why: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        IPAMConfig.from_mapping(mapping)
+    assert info.value.key == key
+    assert info.value.code == 7
+    assert why in info.value.reason and str(mapping[key]) in str(info.value)
+
+
+def test_unused_interconnect_range_is_not_judged() -> None:
+    # NodeInterconnectDHCP: the CIDR assigns nothing (warned about), so it cannot break anything
+    cfg, warnings = IPAMConfig.from_mapping({"NodeInterconnectDHCP": True,
+                                             "NodeInterconnectCIDR": "127.0.5.0/24"})
+    assert cfg.node_interconnect_dhcp and any("NodeInterconnectCIDR" in w for w in warnings)
