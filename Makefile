@@ -38,7 +38,8 @@ test: setup
 bench: setup
 	$(PY) -m benchmarks.run
 
-# What `make test` runs once set up: the generated-code check, ruff, mypy, then the whole suite.
+# What `make test` runs once set up: the generated-code check, ruff, mypy, the import contracts
+# (lint-imports: the agent's wings, docs/architecture.md), then the whole suite.
 check: lint-only
 	$(PY) -m pytest -q -p no:cacheprovider
 
@@ -46,6 +47,7 @@ lint-only:
 	$(PY) -m protos.generate --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # Removes everything set-up (and the tests' driver build) made in this checkout. The system
 # packages stay; the README names them for `apt-get remove`.

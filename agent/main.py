@@ -11,12 +11,13 @@ import threading
 import time
 from types import FrameType
 
-from agent import __version__, logs
-from agent.app import WORKER_PREFIX, Agent, StartupError
-from agent.cluster.remove import node_command
-from agent.config import AgentConfig, ConfigError, check_etcd_tls, load, preflight
-from agent.errors import CniError
-from agent.teardown import teardown
+from agent import __version__
+from agent.app.agent import WORKER_PREFIX, Agent, StartupError
+from agent.app.config import AgentConfig, ConfigError, check_etcd_tls, load, preflight
+from agent.app.node_commands import node_command
+from agent.app.teardown import teardown
+from agent.infra import logs
+from agent.model.errors import CniError
 
 log = logging.getLogger("vswitch-agent")
 

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.cluster.node import local_node
-from agent.cluster.registry import Registry
+from agent.model.node import local_node
+from agent.state.registry import Registry
 from benchmarks.harness import REPO
 from ipam import IPAMConfig, node_networks
 from testbed.cluster import ETCD_URL, Cluster, Node

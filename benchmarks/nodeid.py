@@ -1,6 +1,7 @@
 """Figure 5: node-ID allocation, N simulated agents racing on a 3-member etcd.
 
-Each simulated agent is a thread with its own `agent.store.Store` (its own etcd client, as every
+Each simulated agent is a thread with its own `agent.state.store.Store` (its own etcd client, as
+every
 node's agent has) calling `claim_node_id` under a unique node name. The agents are spread over a
 few worker processes (`python -m benchmarks.nodeid --worker ...`): every worker connects all its
 clients first and says "ready"; then the parent says "go" to all at once. Time to settle is from
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agent.store import Store
+from agent.state.store import Store
 from benchmarks.harness import REPO
 
 

@@ -114,7 +114,7 @@ def heaviest_under(path: Path, root: str, count: int = 12) -> list[tuple[str, in
     stats = pstats.Stats(str(path))
     table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     roots = [v[3] for (file, _, func), v in table.items()
-             if func == root and file.endswith("agent/reconcile.py")]
+             if func == root and file.endswith("agent/lifecycle/reconcile.py")]
     if not roots:
         return []
     limit = max(roots)

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from agent import podside
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane
 from agent.dataplane.vpp.afpacket import RingOptions
-from agent.model import PodNetwork
+from agent.linux import pod_netns
+from agent.model.pod import PodNetwork
 from testbed.netns import entered, named_netns, run_in, unique
 from testbed.pods import Subnets, started_driver, vpp_pod, wire
 
@@ -176,7 +176,7 @@ def _vpp_pods(dp: VppDataplane, stack: ExitStack, first: int, n: int, fig: Figur
         wiring = dp.attach(p, UndoStack())
         fig.add_ms.append((time.perf_counter() - started) * 1000)
         stack.callback(dp.detach, p, wiring)
-        podside.configure(p, wiring.gateway_mac)
+        pod_netns.configure(p, wiring.gateway_mac)
         if not dp.cfg.afpacket.checksum_offload:
             r = run_in(netns, "ethtool", "-K", p.key.ifname, "tx", "off", "tso", "off",
                        "gso", "off")

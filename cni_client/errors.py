@@ -1,6 +1,7 @@
 """The plugin's one error type: a CNI error object (code, msg, details) ready to print.
 
-Codes are those of the CNI spec 1.1.0 plus ours (agent/errors.py holds the agent's mirror of this
+Codes are those of the CNI spec 1.1.0 plus ours (agent/model/errors.py holds the agent's mirror of
+this
 table; the plugin cannot import it, it is stdlib-only). Every failure the plugin meets ends up as a
 PluginError raised at the point where its cause is known, and cni_client/main.py prints it.
 """

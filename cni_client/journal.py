@@ -1,4 +1,4 @@
-"""The plugin's half of the DEL journal (agent/journal.py is the other half and the format's
+"""The plugin's half of the DEL journal (agent/state/journal.py is the other half and the format's
 home): a DEL that cannot reach the agent is written to the node's state directory, whole and
 fsync'd, and the agent tears the attachment down and releases it when it settles the entry."""
 

@@ -3,7 +3,8 @@
 Not the stdlib logging package: it costs a few ms of import per exec and we need three lines of it.
 Logging must never make a CNI call fail, so write errors are swallowed (and noted on stderr).
 
-`logFormat: json` writes one JSON object per line with the agent's field names (agent/logs.py):
+`logFormat: json` writes one JSON object per line with the agent's field names
+(agent/infra/logs.py):
 time, level, logger ("vswitch-cni"), message, verb, container_id, ifname, pod, plus pid; `text`
 (the default) keeps `<time>Z pid=N LEVEL VERB ID/IFNAME: message`.
 """

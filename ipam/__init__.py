@@ -1,6 +1,6 @@
 """Pure IPAM: the cluster address plan, node subnets from node IDs, and per-node pod allocation.
 
-No I/O here (no sockets, no files): persistence is agent/store's job. The public API:
+No I/O here (no sockets, no files): persistence is agent/state/store's job. The public API:
 
     IPAMConfig.from_mapping(m) -> (IPAMConfig, warnings)   the `IPAMConfig:` YAML section
     max_node_id(cfg) -> int                                 largest valid node ID (IDs start at 1)

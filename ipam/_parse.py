@@ -1,22 +1,29 @@
 """Value parsers for the IPAM config, and the IPAM error types.
 
-Each parser takes the YAML key with the raw value so that a refusal names both. The errors derive
-from the agent's CNI error tree (a pure module), so a caller gets the right CNI code for free:
-`ConfigError` is code 7 (invalid config), `Exhausted` is code 100 (IPAM failure).
+Each parser takes the YAML key with the raw value so that a refusal names both. The errors are
+IPAM's own (IPAM imports nothing of the agent); each carries the CNI error code the spec gives
+its kind, which the agent answers with where it translates them: `ConfigError` is code 7
+(invalid config), `Exhausted` is code 100 (IPAM failure).
 """
 
 from __future__ import annotations
 
 import ipaddress
 
-from agent.errors import InvalidConfig, IPAMFailure
-
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-class ConfigError(InvalidConfig, ValueError):
+class IPAMError(Exception):
+    """Any refusal of IPAM's; `code` is the CNI error code it stands for."""
+
+    code = 999
+
+
+class ConfigError(IPAMError, ValueError):
     """A config value refused: names the key, the value and the reason."""
+
+    code = 7  # invalid config
 
     def __init__(self, key: str, value: object, reason: str) -> None:
         super().__init__(f"IPAMConfig.{key}={value!r}: {reason}")
@@ -25,8 +32,10 @@ class ConfigError(InvalidConfig, ValueError):
         self.reason = reason
 
 
-class Exhausted(IPAMFailure):
+class Exhausted(IPAMError):
     """No free address is left in a node's pod subnet."""
+
+    code = 100  # IPAM failure
 
 
 def parse_network(key: str, raw: object) -> IPNetwork:

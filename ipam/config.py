@@ -23,6 +23,7 @@ from ipam._parse import (
     parse_network,
     parse_prefix_len,
 )
+from ipam.validate import validate_config
 
 # Canonical key -> dataclass field. Lookup is case-insensitive (see `_canonical_keys`).
 _KEYS: dict[str, str] = {
@@ -102,8 +103,6 @@ class IPAMConfig:
 
     def validate(self) -> None:
         """Checks prefix lengths, overlaps and the node-ID range; raises ConfigError."""
-        from ipam.validate import validate_config  # local: validate imports this module
-
         validate_config(self)
 
     def pod_subnets(self) -> tuple[tuple[str, IPNetwork, int], ...]:

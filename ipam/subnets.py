@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ipam._parse import ConfigError, IPAddress, IPNetwork
-from ipam.config import IPAMConfig
+
+if TYPE_CHECKING:  # annotations only: config imports this module at run time
+    from ipam.config import IPAMConfig
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 

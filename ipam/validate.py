@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import ipaddress
 from itertools import combinations
+from typing import TYPE_CHECKING
 
 from ipam._parse import ConfigError, IPNetwork
-from ipam.config import IPAMConfig
 from ipam.subnets import node_id_bounds
+
+if TYPE_CHECKING:  # annotations only: config imports this module at run time
+    from ipam.config import IPAMConfig
 
 # Host numbers a per-node subnet must hold beside its pods or interconnect ends.
 _MIN_POD_ADDRESSES = 8  # network, gateway, reserved last, broadcast + at least 4 pods

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from agent import hostnat
+from agent.linux import hostnat
 from testbed import tools
 from testbed.etcd import free_port
 from testbed.tools import REPO

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from agent import podside
 from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
-from agent.model import PodKey, PodNetwork, Wiring
+from agent.linux import pod_netns
+from agent.model.pod import PodKey, PodNetwork, Wiring
 from testbed.netns import run_in, unique
 
 
@@ -67,12 +67,12 @@ def started_driver(node_ns: str, subnets: Subnets) -> Iterator[KernelDataplane]:
 
 
 def wire(dp: KernelDataplane, pod: PodNetwork) -> Wiring:
-    """attach + podside.configure, unwinding on failure, as agent/pods does."""
+    """attach + pod_netns.configure, unwinding on failure, as agent/lifecycle/pods does."""
     undo = UndoStack()
     try:
         wiring = dp.attach(pod, undo)
-        undo.push("pod side", lambda: podside.remove(pod))
-        podside.configure(pod, wiring.gateway_mac)
+        undo.push("pod side", lambda: pod_netns.remove(pod))
+        pod_netns.configure(pod, wiring.gateway_mac)
         return wiring
     except BaseException:
         undo.unwind()

@@ -23,9 +23,9 @@ import argparse
 import sys
 from urllib.parse import urlsplit
 
-from agent.cluster.remove import RemoveRefused
-from agent.config import ConfigError, brief, check_etcd_tls, etcd_endpoints, etcd_prefix, load
-from agent.errors import CniError
+from agent.app.config import ConfigError, brief, check_etcd_tls, etcd_endpoints, etcd_prefix, load
+from agent.model.errors import CniError
+from agent.state.node_removal import RemoveRefused
 from vswitchctl import views
 from vswitchctl.output import FORMATS, render
 from vswitchctl.sources import AgentDown, Cluster, EtcdDown, NotFound

@@ -14,12 +14,12 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from agent.cluster.node import NodeInfo
-from agent.cluster.registry import Registry
-from agent.cluster.remove import remove_node
-from agent.errors import CniError, EtcdTLSFailure, TryAgainLater
-from agent.etcdtls import EtcdTLS
-from agent.model import PodRecord
+from agent.model.errors import CniError, EtcdTLSFailure, TryAgainLater
+from agent.model.node import NodeInfo
+from agent.model.pod import PodRecord
+from agent.state.etcd_tls import EtcdTLS
+from agent.state.node_removal import remove_node
+from agent.state.registry import Registry
 
 
 class EtcdDown(Exception):

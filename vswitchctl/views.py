@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.model import PodRecord, pod_label
+from agent.model.pod import PodRecord, pod_label
 from vswitchctl.sources import Agent, AgentDown, Cluster, Node, NotFound, agent_url
 
 

@@ -1,10 +1,10 @@
-"""The cluster side: how nodes learn about each other, beside the request path and never in it.
+"""The cluster wing: the mesh controller, beside the request path and never in it.
 
-    node.py        NodeInfo: what one node publishes (name, ID, node IP, VXLAN address, subnets)
-    registry.py    the node registry in etcd: publish, list, watch, liveness, removal
-    controller.py  the mesh controller: registry events -> desired remote nodes -> MeshDataplane
-    remove.py      `vswitch-agent --config F node remove NAME`: the operator's node removal
+    controller.py  registry events -> desired remote nodes -> the dataplane's mesh calls
 
-The dataplane half of the mesh lives with the drivers (agent/dataplane/kernel_mesh.py; with VPP
-agent/dataplane/vpp/node_mesh.py).
+What a node publishes (NodeInfo) is in agent/model/node.py, the registry in
+agent/state/registry.py, the dataplane half of the mesh with the drivers
+(agent/dataplane/kernel_mesh.py; with VPP agent/dataplane/vpp/node_mesh.py), and the wiring of
+all three in agent/app/cluster_side.py. Never imports the dataplane: the app hands the
+controller its mesh.
 """

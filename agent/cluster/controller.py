@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agent.cluster.node import NodeInfo
-from agent.cluster.registry import NodeEvent, Registry, WatchItem
+from agent.model.node import NodeInfo
+from agent.state.registry import NodeEvent, Registry, WatchItem
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class MeshController:
             self._revision = revision
         if went_back:
             # etcd lost data (wiped, restored from an old backup): entries missing now were
-            # not removed by an operator. This node publishes itself again (agent/binding
+            # not removed by an operator. This node publishes itself again (agent/state/id_guard
             # re-binds its ID and pod records); the others do the same within their next
             # relist, and the one after this drops whoever did not come back.
             log.warning("node registry went back from revision %d to %d (etcd wiped or "
@@ -196,7 +196,7 @@ class MeshController:
     def _own_entry_gone(self) -> None:
         """This node's entry is gone: an operator's `node remove` (its removal mark is there),
         or else etcd lost it, e.g. wiped and written to by other agents since, so that its
-        revision did not go back: then this node publishes itself again (agent/binding
+        revision did not go back: then this node publishes itself again (agent/state/id_guard
         re-binds its ID the same way)."""
         if self.registry.removal_marked(self.local.name):
             self._removed_by_operator()

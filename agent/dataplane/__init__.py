@@ -2,7 +2,8 @@
 
 A driver owns the host side of a pod's wiring (veth/TAP, the vswitch's interface, routes and
 neighbors towards the pod) and creates the pod's interface inside the pod network namespace under
-the name the runtime asked for. The pod side's addresses and routes are then set by agent/podside,
+the name the runtime asked for. The pod side's addresses and routes are then set by
+agent/linux/pod_netns,
 which is the same for every driver. Every step a driver completes is pushed on the `UndoStack` it
 is given, so a later failure in the ADD removes it again.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from agent.model import PodKey, PodNetwork, Wiring
+from agent.model.pod import PodKey, PodNetwork, Wiring
 
 
 class UndoStack:

@@ -7,10 +7,10 @@ owner tag `vswitch-cni:<container_id>:<ifname>` as its IFLA_IFALIAS so a restart
 its links again (`owned`). The pod's gateway addresses live on one gateway interface (a dummy, or
 an ifb where the kernel has no dummy driver) so pods can ping their gateway, and the connected
 node-subnet route on it sends traffic to unassigned pod addresses nowhere; the pod resolves its
-gateway to the MAC of its own host veth end (a permanent neighbor set by agent/podside).
+gateway to the MAC of its own host veth end (a permanent neighbor set by agent/linux/pod_netns).
 
-"Host namespace" is the network namespace of the calling thread (see agent/netlink): the agent runs
-in the node's, tests run the driver in a thread that entered a test node namespace.
+"Host namespace" is the network namespace of the calling thread (see agent/linux/netlink): the
+agent runs in the node's, tests run the driver in a thread that entered a test node namespace.
 
 DEL disables the host end (down: its routes go, the pod end loses its carrier) and leaves the
 slow delete of the pair to a background worker (agent/dataplane/reaper); an ADD first settles a
@@ -32,11 +32,11 @@ from contextlib import contextmanager
 from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink import NETLINK_ROUTE
 
-from agent import netlink, rtdump
 from agent.dataplane import UndoStack
 from agent.dataplane.reaper import LinkReaper
-from agent.errors import InvalidConfig
-from agent.model import IPInterface, PodKey, PodNetwork, Wiring
+from agent.linux import netlink, rtdump
+from agent.model.errors import InvalidConfig
+from agent.model.pod import IPInterface, PodKey, PodNetwork, Wiring
 
 OWNER_PREFIX = "vswitch-cni:"
 SCOPE_LINK = 253
@@ -144,8 +144,8 @@ class KernelDataplane:
         self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
         pod_mac = netlink.mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
-        # Two round trips on one host socket (agent/rtnl): the pair, then its routes; the pod
-        # end stays down until agent/podside configures it (one socket inside the pod).
+        # Two round trips on one host socket (agent/linux/rtnl): the pair, then its routes; the pod
+        # end stays down until agent/linux/pod_netns configures it (one socket inside the pod).
         with netlink.host_batch() as batch:
             index, host_mac = netlink.add_veth(
                 batch, host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)

@@ -35,9 +35,9 @@ from typing import Any
 
 from pyroute2 import IPRoute, NetlinkError
 
-from agent import netlink
-from agent.cluster.node import VXLAN_OVERHEAD, NodeInfo, link_local, vxlan_mac
-from agent.errors import DataplaneFailure, InvalidConfig
+from agent.linux import netlink
+from agent.model.errors import DataplaneFailure, InvalidConfig
+from agent.model.node import VXLAN_OVERHEAD, NodeInfo, link_local, vxlan_mac
 
 RTPROT_MESH = 118  # the protocol number on our routes (iproute2: "proto 118")
 RTNH_F_ONLINK = 4

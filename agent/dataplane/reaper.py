@@ -13,7 +13,7 @@ that host name, or of any link retired from that namespace, is done right there 
 (or, when the worker is at it already, waited for). Nothing else can take those names meanwhile:
 the pod lock serializes requests of one key, and only retired links are ever pending here.
 
-Namespaces: the driver works in its calling thread's network namespace (agent/netlink). The
+Namespaces: the driver works in its calling thread's network namespace (agent/linux/netlink). The
 worker enters the namespace of the first thread that retires a link; a link retired from any
 other namespace (tests run drivers in several) is deleted at once by the caller instead.
 `drain` deletes what is pending (agent shutdown); a link left by a killed agent is down and
@@ -28,8 +28,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from agent import netlink
-from agent.errors import CniError
+from agent.linux import netlink
+from agent.model.errors import CniError
 
 log = logging.getLogger(__name__)
 _OWN_NS = "/proc/thread-self/ns/net"

@@ -1,4 +1,4 @@
-"""The node ID binding guard (agent/binding), against a scripted store and a recording pod
+"""The node ID binding guard (agent/state/id_guard), against a scripted store and a recording pod
 manager: what it refuses, when it writes records back, and that a failed write-back is retried.
 
 Plan: intact binding -> nothing; held by another node -> ADDs refused naming the holder, records
@@ -8,9 +8,9 @@ and a write-back that meets an unreachable etcd is tried again at the next check
 
 from __future__ import annotations
 
-from agent.binding import BindingGuard
-from agent.errors import TryAgainLater
-from agent.store import Binding
+from agent.model.errors import TryAgainLater
+from agent.state.id_guard import BindingGuard
+from agent.state.store import Binding
 
 
 class ScriptedStore:

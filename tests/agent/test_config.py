@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig, ConfigError, load, parse, preflight
+from agent.app.config import AgentConfig, ConfigError, load, parse, preflight
 
 
 def test_empty_config_gives_contiv_defaults() -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ConfigError, parse, preflight
-from agent.etcdtls import EtcdTLS, TLSFileError, explain
+from agent.app.config import ConfigError, parse, preflight
+from agent.state.etcd_tls import EtcdTLS, TLSFileError, explain
 from testbed.pki import CA, OPENSSL, Cert, Pki
 
 

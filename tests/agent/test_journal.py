@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal import DeleteJournal, JournalUnwritable
-from agent.model import PodKey, PodRecord
+from agent.model.pod import PodKey, PodRecord
+from agent.state.journal import DeleteJournal, JournalUnwritable
 from tests.faults.disk import fill, read_only, tmpfs
 
 

@@ -1,4 +1,4 @@
-"""KnownRecords' mirror on disk (agent/known).
+"""KnownRecords' mirror on disk (agent/state/local_records).
 
 Plan: load() after a restart leaves a copy that already holds the record untouched (same inode:
 no rewrite), rewrites a copy that differs or is unreadable, writes a missing one, and removes the
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.known import KnownRecords
-from agent.model import PodRecord
+from agent.model.pod import PodRecord
+from agent.state.local_records import KnownRecords
 from tests.faults.disk import fill, read_only, tmpfs
 
 
@@ -65,7 +65,7 @@ def test_a_read_only_disk_fails_nothing_and_is_put_right_later(
         known.remember(old)
         known.remember(other)
         new = _record("new", "10.9.0.4/32")
-        with caplog.at_level(logging.DEBUG, "agent.statedir"), read_only(state):
+        with caplog.at_level(logging.DEBUG, "agent.state.statedir"), read_only(state):
             known.forget(old.key)  # raised OSError (EROFS) before
             known.forget(other.key)
             known.remember(new)

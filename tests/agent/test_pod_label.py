@@ -1,10 +1,10 @@
-"""agent.model.pod_label: how views name a pod when the runtime sent less than the kubelet."""
+"""agent.model.pod.pod_label: how views name a pod when the runtime sent less than the kubelet."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.model import pod_label
+from agent.model.pod import pod_label
 
 
 @pytest.mark.parametrize(("namespace", "name", "label"), [

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.errors import CniError
-from agent.request import parse
-from agent.server import valid_attachments
+from agent.api.grpc_server import valid_attachments
+from agent.model.errors import CniError
+from agent.model.request import parse
 
 GOOD = {
     "version": "1.0.0",

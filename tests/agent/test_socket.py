@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.app import StartupError, prepare_socket
+from agent.app.agent import StartupError, prepare_socket
 
 
 def test_stale_socket_is_replaced(tmp_path: Path) -> None:

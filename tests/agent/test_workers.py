@@ -12,10 +12,10 @@ import threading
 from types import SimpleNamespace
 from typing import Any, cast
 
-from agent.errors import InvalidEnvironment
-from agent.metrics import Metrics
-from agent.pods import PodManager
-from agent.server import CniService
+from agent.api.grpc_server import CniService
+from agent.infra.metrics import Metrics
+from agent.lifecycle.pods import PodManager
+from agent.model.errors import InvalidEnvironment
 from protos import cni_pb2
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cluster.node import (
+from agent.model.node import (
     NodeInfo,
     NodeInfoError,
     NoNodeIP,

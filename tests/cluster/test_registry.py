@@ -20,11 +20,11 @@ from collections.abc import Iterator
 import pytest
 
 from agent.cluster.controller import MeshController
-from agent.cluster.node import NodeInfo, local_node
-from agent.cluster.registry import NodeEvent, Registry, WatchItem
-from agent.cluster.remove import RemoveRefused, remove_node
-from agent.errors import CniError
-from agent.model import PodRecord
+from agent.model.errors import CniError
+from agent.model.node import NodeInfo, local_node
+from agent.model.pod import PodRecord
+from agent.state.node_removal import RemoveRefused, remove_node
+from agent.state.registry import NodeEvent, Registry, WatchItem
 from ipam import IPAMConfig, node_networks
 from testbed.etcd import EtcdServer
 

@@ -1,4 +1,4 @@
-"""The agent's NAT on a node (agent/hostnat), with the kernel dataplane, in test namespaces.
+"""The agent's NAT on a node (agent/linux/hostnat), with the kernel dataplane, in test namespaces.
 
 Plan:
 - a pod reaches an "outside" host that, like every upstream router, has no route to the pod
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from agent import hostnat
 from agent.dataplane.kernel import KernelDataplane
+from agent.linux import hostnat
 from testbed.netns import named_netns, run_in, unique
 from testbed.pods import Subnets, wire
 from testbed.traffic import Server, tcp_transfer, udp_exchange

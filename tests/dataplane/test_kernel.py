@@ -1,10 +1,11 @@
-"""KernelDataplane + agent/podside on real namespaces, the driver inside a test node namespace.
+"""KernelDataplane + agent/linux/pod_netns on real namespaces, the driver inside a test node
+namespace.
 
 Plan: two dual-stack pods reach each other, their gateway and a node address (v4 and v6); check()
 of driver and pod side is empty on a good pod and names what broke (route, MTU, neighbor, link);
 detach leaves no route at once, and no link once its background delete is done, and is
 idempotent; owned() lists exactly our tagged host ends;
-start() is idempotent; v4-only, v6-only and /proc/PID/ns/net pods work; podside.remove undoes
+start() is idempotent; v4-only, v6-only and /proc/PID/ns/net pods work; pod_netns.remove undoes
 configure and is idempotent, also when the namespace is gone.
 """
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent import podside
 from agent.dataplane.kernel import KernelDataplane
+from agent.linux import pod_netns
 from testbed.netns import named_netns, ping, process_netns, run_in, unique
 from testbed.pods import Subnets, wire
 
@@ -33,7 +34,7 @@ def test_two_pods_reach_each_other_gateway_and_node(
         assert ping(ns_b, str(pod_a.addresses[0].ip))
         for pod, wiring in ((pod_a, wa), (pod_b, wb)):
             assert dp.check(pod, wiring) == []
-            assert podside.check(pod, wiring.gateway_mac, wiring.pod_mac) == []
+            assert pod_netns.check(pod, wiring.gateway_mac, wiring.pod_mac) == []
         assert set(dp.owned()) == {wa.host_ifname, wb.host_ifname}
         dp.detach(pod_a, wa)
         dp.detach(pod_a, wa)  # idempotent
@@ -54,7 +55,7 @@ def test_check_names_what_broke(node_ns: str, dp: KernelDataplane, subnets: Subn
         run_in(ns, "ip", "route", "del", "default")
         run_in(ns, "ip", "link", "set", "eth0", "mtu", "1300")
         run_in(ns, "ip", "-6", "neigh", "del", str(pod.gateways[1]), "dev", "eth0")
-        problems = podside.check(pod, wiring.gateway_mac, wiring.pod_mac)
+        problems = pod_netns.check(pod, wiring.gateway_mac, wiring.pod_mac)
         assert any(f"default route via {pod.gateways[0]}" in p for p in problems), problems
         assert any("MTU 1300, expected 1450" in p for p in problems), problems
         assert any(f"neighbor {pod.gateways[1]} missing" in p for p in problems), problems
@@ -66,10 +67,10 @@ def test_check_names_what_broke(node_ns: str, dp: KernelDataplane, subnets: Subn
         assert any("not UP" in p for p in dp.check(pod, wiring))
         run_in(ns, "ip", "link", "del", "eth0")
         assert dp.check(pod, wiring) == [f"host interface {wiring.host_ifname} missing"]
-        assert podside.check(pod, wiring.gateway_mac, wiring.pod_mac) == [
+        assert pod_netns.check(pod, wiring.gateway_mac, wiring.pod_mac) == [
             f"interface eth0 missing in {ns}"
         ]
-    assert podside.check(pod, wiring.gateway_mac, wiring.pod_mac)[0].startswith("netns: ")
+    assert pod_netns.check(pod, wiring.gateway_mac, wiring.pod_mac)[0].startswith("netns: ")
 
 
 @pytest.mark.parametrize(("v4", "v6"), [(True, False), (False, True)])
@@ -80,7 +81,7 @@ def test_single_stack_pods(
         pod = subnets.pod(ns, 30, v4=v4, v6=v6)
         wiring = wire(dp, pod)
         assert ping(ns, str(pod.gateways[0]))
-        assert podside.check(pod, wiring.gateway_mac, wiring.pod_mac) == []
+        assert pod_netns.check(pod, wiring.gateway_mac, wiring.pod_mac) == []
         other = "-6" if v4 else "-4"
         assert "default" not in run_in(ns, "ip", other, "route").stdout
 
@@ -90,7 +91,7 @@ def test_proc_pid_netns_pod(node_ns: str, dp: KernelDataplane, subnets: Subnets)
         pod = subnets.pod(path, 40)
         wiring = wire(dp, pod)
         assert ping(path, str(pod.gateways[0])) and ping(path, str(pod.gateways[1]))
-        assert podside.check(pod, wiring.gateway_mac, wiring.pod_mac) == []
+        assert pod_netns.check(pod, wiring.gateway_mac, wiring.pod_mac) == []
         dp.detach(pod, wiring)
         dp.reaper.drain()  # the background delete, done
         assert "eth0" not in run_in(path, "ip", "link").stdout
@@ -110,12 +111,12 @@ def test_podside_remove_is_idempotent(node_ns: str, dp: KernelDataplane, subnets
     with named_netns("tpa") as ns:
         pod = subnets.pod(ns, 50)
         wire(dp, pod)
-        podside.remove(pod)
-        podside.remove(pod)
+        pod_netns.remove(pod)
+        pod_netns.remove(pod)
         shown = run_in(ns, "ip", "addr", "show", "eth0").stdout
         assert str(pod.addresses[0].ip) not in shown and "state DOWN" in shown
         assert "default" not in run_in(ns, "ip", "route").stdout
-    podside.remove(pod)  # the namespace is gone: still success
+    pod_netns.remove(pod)  # the namespace is gone: still success
 
 
 def test_forwarding_only_for_the_families_routed(node_ns: str, subnets: Subnets) -> None:

@@ -13,10 +13,10 @@ from contextlib import ExitStack
 
 import pytest
 
-from agent import podside
 from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
-from agent.errors import InternalError, InvalidConfig, InvalidEnvironment, PodSideFailure
+from agent.linux import pod_netns
+from agent.model.errors import InternalError, InvalidConfig, InvalidEnvironment, PodSideFailure
 from testbed.netns import NodeExecutor, named_netns, ping, run_in, unique
 from testbed.pods import Subnets, wire
 
@@ -57,7 +57,7 @@ def test_pod_side_failure_unwinds_everything(
         run_in(ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
         pod = subnets.pod(ns, 12)
         with pytest.raises(PodSideFailure, match=f"adding address {pod.addresses[1]}") as err:
-            wire(dp, pod)  # unwinds the undo stack like agent/pods
+            wire(dp, pod)  # unwinds the undo stack like agent/lifecycle/pods
         assert err.value.code == 102 and err.value.__cause__ is not None
         node_is_clean(node_ns, dp)
         assert "eth0" not in run_in(ns, "ip", "link").stdout
@@ -71,7 +71,7 @@ def test_bad_gateway_mac_is_an_internal_error(
         undo = UndoStack()
         dp.attach(pod, undo)
         with pytest.raises(InternalError, match="gateway_mac"):
-            podside.configure(pod, "nonsense")
+            pod_netns.configure(pod, "nonsense")
         assert undo.unwind() == []
         node_is_clean(node_ns, dp)
 
@@ -110,7 +110,7 @@ def test_parallel_pods(node_ns: str, dp: KernelDataplane, subnets: Subnets) -> N
             wirings = list(pool.map(lambda p: wire(dp, p), pods))
             assert len(dp.owned()) == len(pods)
             problems = pool.map(
-                lambda pw: dp.check(*pw) + podside.check(pw[0], pw[1].gateway_mac, pw[1].pod_mac),
+                lambda pw: dp.check(*pw) + pod_netns.check(pw[0], pw[1].gateway_mac, pw[1].pod_mac),
                 zip(pods, wirings, strict=True),
             )
             assert all(p == [] for p in problems)

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.cluster.node import NodeInfo, local_node
 from agent.dataplane.kernel_mesh import KernelMesh
-from agent.errors import DataplaneFailure, InvalidConfig
+from agent.model.errors import DataplaneFailure, InvalidConfig
+from agent.model.node import NodeInfo, local_node
 from ipam import IPAMConfig, node_networks
 from testbed.netns import run_in
 

@@ -1,4 +1,4 @@
-"""agent/netlink against real namespaces.
+"""agent/linux/netlink against real namespaces.
 
 Plan: create_veth puts the peer in the pod netns under the asked name with MTU, MAC, alias, both
 ends up, for a named netns and a /proc/PID/ns/net path; bad CNI_NETNS values (missing, not a
@@ -14,10 +14,10 @@ import subprocess
 
 import pytest
 
-from agent import netlink
-from agent.adding import netns_identity, netns_matches
-from agent.errors import InvalidEnvironment
-from agent.model import PodKey, PodRecord
+from agent.lifecycle.add_steps import netns_identity, netns_matches
+from agent.linux import netlink
+from agent.model.errors import InvalidEnvironment
+from agent.model.pod import PodKey, PodRecord
 from testbed.netns import named_netns, process_netns, run_in, unique
 
 

@@ -1,4 +1,4 @@
-"""agent/rtdump reads what pyroute2 reads, on a real namespace.
+"""agent/linux/rtdump reads what pyroute2 reads, on a real namespace.
 
 Plan: in a fresh namespace with 60 veth pairs (dumps far larger than one receive buffer), an
 alias, an MTU, v4 and v6 addresses, a permanent neighbor and routes in the main table and in
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent import netlink, rtdump
+from agent.linux import netlink, rtdump
 from testbed.netns import named_netns, run_in
 
 PAIRS = 60

@@ -1,4 +1,4 @@
-"""agent/rtnl, the raw rtnetlink batches of an ADD, against the kernel in a test namespace.
+"""agent/linux/rtnl, the raw rtnetlink batches of an ADD, against the kernel in a test namespace.
 
 Plan: a batch runs its requests in order (a link created early in the batch is read back by a
 later request of the same batch); a refused request raises RequestFailed naming it, with its
@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from agent import netlink, rtnl
+from agent.linux import netlink, rtnl
 from testbed.netns import named_netns, run_in
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agent.store import Store
+from agent.state.store import Store
 from testbed.etcd import EtcdServer
 from testbed.netns import ping
 from tests.faults.invariants import assert_converged, wait_converged

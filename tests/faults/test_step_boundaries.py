@@ -1,6 +1,7 @@
 """The agent SIGKILLed at every step boundary of ADD and DEL, restarted, and the runtime's retries.
 
-Plan, for each failpoint of agent/failpoints (the agent kills itself the first time it passes it):
+Plan, for each failpoint of agent/infra/failpoints (the agent kills itself the first time it passes
+it):
 - ADD (allocate, record, wire, podside, commit): a bystander pod is live; the agent is restarted
   with the failpoint armed and ADD of a new pod dies with it (the plugin fails with a CNI error
   object). A clean agent starts; the runtime calls DEL for the failed attachment (exit 0), and
@@ -23,7 +24,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.failpoints import ADD_POINTS, DEL_POINTS
+from agent.infra.failpoints import ADD_POINTS, DEL_POINTS
 from tests.faults.invariants import assert_converged
 from tests.faults.node import FaultNode
 

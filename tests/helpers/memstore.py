@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 import threading
 
-from agent.errors import IPAMFailure, UnknownContainer
-from agent.model import PodKey, PodRecord
+from agent.model.errors import IPAMFailure, UnknownContainer
+from agent.model.pod import PodKey, PodRecord
 
 
 class MemoryStore:

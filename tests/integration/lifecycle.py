@@ -16,11 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agent.dataplane.kernel import KernelDataplane
-from agent.journal import DeleteJournal
-from agent.pods import PodManager
-from agent.pools import Pools
-from agent.request import CniRequest
-from agent.store import Store
+from agent.lifecycle.pods import PodManager
+from agent.lifecycle.pools import Pools
+from agent.model.request import CniRequest
+from agent.state.journal import DeleteJournal
+from agent.state.store import Store
 from ipam import IPAMConfig, node_networks
 
 

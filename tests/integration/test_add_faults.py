@@ -21,11 +21,12 @@ import pytest
 
 from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
-from agent.errors import CniError, DataplaneFailure
-from agent.pods import PodManager
-from agent.pools import Pools
-from agent.request import CniRequest
-from agent.store import Store
+from agent.lifecycle.pods import PodManager
+from agent.lifecycle.pools import Pools
+from agent.linux import pod_netns
+from agent.model.errors import CniError, DataplaneFailure
+from agent.model.request import CniRequest
+from agent.state.store import Store
 from ipam import IPAMConfig, node_networks
 
 SUBNET = "10.235.0.0/16"
@@ -111,10 +112,9 @@ def test_fault_at_each_step_leaves_no_trace(
     parts: dict[str, Any], make_netns: Callable[[], str],
     step: str, part: str, method: str, after: bool,
 ) -> None:
-    from agent import podside
 
     netns = make_netns()
-    components = {**parts, "pod_side": podside}
+    components = {**parts, "pod_side": pod_netns}
     components[part] = FailOn(components[part], method, after_real_call=after)
     manager = PodManager(
         1, components["store"], components["dataplane"], components["pools"], 1400,

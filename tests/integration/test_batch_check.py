@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import netlink
-from agent.pods import PodManager
-from agent.reconcile import reconcile
+from agent.lifecycle.pods import PodManager
+from agent.lifecycle.reconcile import reconcile
+from agent.linux import netlink
 from testbed.etcd import EtcdServer
 from testbed.netns import run_in
 from tests.integration.lifecycle import host_link, managers, request

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.cluster.registry import Registry
+from agent.state.registry import Registry
 from testbed.agent import AGENT, agent_config, start_agent
 
 CASES: list[tuple[str, Any]] = [

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from agent.dataplane.kernel import KernelDataplane
-from agent.model import PodRecord
-from agent.pods import PodManager
+from agent.lifecycle.pods import PodManager
+from agent.model.pod import PodRecord
 from testbed.netns import ping
 from tests.integration.lifecycle import host_link, in_use, link_live, managers, request
 

@@ -5,7 +5,8 @@ Plan:
 - served: an agent configured with EtcdCAFile, EtcdCertFile and EtcdKeyFile gets ready (its
   node ID, registry entry and liveness lease in etcd), a real ADD through the plugin gets an
   address and DEL removes it; vswitchctl with the agent's config lists the node (live, with its
-  registry entry) and the pod; `python -m agent.nodes list --config` lists the node; vswitchctl
+  registry entry) and the pod; `python -m agent.nodes list --config` lists the node;
+  vswitchctl
   refuses (exit 2) an https:// --etcd without a config, and a config whose key does not fit its
   certificate, naming EtcdKeyFile and the file; with a wrong CA it exits 3 with one line naming
   the TLS failure.

@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agent.errors import IncompatibleVersion
-from agent.request import parse
+from agent.model.errors import IncompatibleVersion
+from agent.model.request import parse
 from protos import cni_pb2, cni_pb2_grpc
 from testbed.agent import AgentHandle, running_agent
 

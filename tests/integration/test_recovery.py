@@ -27,10 +27,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agent.errors import TryAgainLater, UnknownContainer
-from agent.model import PodRecord
-from agent.pods import PodManager
-from agent.reconcile import reconcile
+from agent.lifecycle.pods import PodManager
+from agent.lifecycle.reconcile import reconcile
+from agent.model.errors import TryAgainLater, UnknownContainer
+from agent.model.pod import PodRecord
 from cni_client.journal import journal_delete
 from testbed.etcd import EtcdServer
 from testbed.netns import ping

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from agent.errors import CniError
-from agent.model import PodKey, PodRecord
-from agent.pods import PodManager
-from agent.reconcile import reconcile
+from agent.lifecycle.pods import PodManager
+from agent.lifecycle.reconcile import reconcile
+from agent.model.errors import CniError
+from agent.model.pod import PodKey, PodRecord
 from tests.integration.lifecycle import host_link, in_use, link_live, managers, request
 
 SUBNET = "10.237.0.0/16"

@@ -30,7 +30,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils
 
-from agent.config import parse
+from agent.app.config import parse
 from tests.k8s.kustomize import build, render
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"

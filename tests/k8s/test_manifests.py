@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agent.config import parse
+from agent.app.config import parse
 from agent.install_cni import build_plugin, install_conflist
 
 K8S = Path(__file__).resolve().parents[2] / "k8s" / "base"

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.errors import NotReady, TryAgainLater
-from agent.rest import ROUTES, RestServer
+from agent.api.rest import ROUTES, RestServer
+from agent.model.errors import NotReady, TryAgainLater
 from ipam import IPAMConfig, NodeNetworks, node_networks
 
 _DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.store import Store
+from agent.state.store import Store
 from testbed.etcd import EtcdCluster, EtcdServer
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import InvalidConfig, TryAgainLater
-from agent.model import PodRecord
-from agent.nodes import NodeIdentity, release
-from agent.store import Binding, Store
+from agent.model.errors import InvalidConfig, TryAgainLater
+from agent.model.pod import PodRecord
+from agent.state.node_ids import NodeIdentity, release
+from agent.state.store import Binding, Store
 from ipam import IPAMConfig
 from testbed.etcd import EtcdCluster, EtcdServer
 

@@ -23,9 +23,15 @@ from pathlib import Path
 import pytest
 from pyetcd import MultiEndpointEtcd3Client
 
-from agent.errors import InvalidConfig, IOFailure, IPAMFailure, TryAgainLater, UnknownContainer
-from agent.model import PodKey, PodRecord
-from agent.store import Store, parse_endpoint
+from agent.model.errors import (
+    InvalidConfig,
+    IOFailure,
+    IPAMFailure,
+    TryAgainLater,
+    UnknownContainer,
+)
+from agent.model.pod import PodKey, PodRecord
+from agent.state.store import Store, parse_endpoint
 from testbed.etcd import EtcdServer
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -90,8 +96,8 @@ def test_delete_is_atomic_and_idempotent(store: Store) -> None:
 _WRITER = """
 import sys
 sys.path.insert(0, sys.argv[3])
-from agent.model import PodRecord
-from agent.store import Store
+from agent.model.pod import PodRecord
+from agent.state.store import Store
 store = Store([sys.argv[1]], sys.argv[2])
 i = 0
 while True:

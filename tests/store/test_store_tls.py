@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.cluster.node import NodeInfo
-from agent.cluster.registry import Registry, WatchItem
-from agent.errors import EtcdTLSFailure, InvalidConfig, TryAgainLater
-from agent.etcdtls import EtcdTLS
-from agent.model import PodKey, PodRecord
-from agent.store import Store
+from agent.model.errors import EtcdTLSFailure, InvalidConfig, TryAgainLater
+from agent.model.node import NodeInfo
+from agent.model.pod import PodKey, PodRecord
+from agent.state.etcd_tls import EtcdTLS
+from agent.state.registry import Registry, WatchItem
+from agent.state.store import Store
 from testbed.etcd import EtcdServer, ServerTLS
 from testbed.pki import EtcdPki
 

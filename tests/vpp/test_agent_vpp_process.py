@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import hostnat
 from agent.dataplane.vpp import names
-from agent.model import PodKey
+from agent.linux import hostnat
+from agent.model.pod import PodKey
 from benchmarks import agent_metrics
 from testbed.agent import (
     AgentHandle,

@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 import pytest
 
-from agent import netlink
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, names
-from agent.errors import DataplaneFailure, TryAgainLater
+from agent.linux import netlink
+from agent.model.errors import DataplaneFailure, TryAgainLater
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
 

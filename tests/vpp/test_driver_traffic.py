@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from agent import netlink
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, afpacket, base, names
-from agent.errors import DataplaneFailure, InvalidConfig
+from agent.linux import netlink
+from agent.model.errors import DataplaneFailure, InvalidConfig
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
 

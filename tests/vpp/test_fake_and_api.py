@@ -16,8 +16,8 @@ import pytest
 
 from agent.dataplane.vpp import VppConfig, names
 from agent.dataplane.vpp.api import VppApi
-from agent.errors import DataplaneFailure, InvalidConfig, TryAgainLater
-from agent.model import PodKey
+from agent.model.errors import DataplaneFailure, InvalidConfig, TryAgainLater
+from agent.model.pod import PodKey
 from tests.fakevpp import API_DIR, FakeVPP
 
 

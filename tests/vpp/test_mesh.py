@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from agent.cluster.node import NodeInfo, local_node
 from agent.dataplane.vpp import ip
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.mesh import BVI_TAG, VppMesh
+from agent.model.node import NodeInfo, local_node
 from ipam import IPAMConfig, node_networks
 from tests.fakevpp import API_DIR, FakeVPP
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from agent import ethtool
+from agent.linux import ethtool
 from testbed.cluster import (
     Cluster,
     Node,

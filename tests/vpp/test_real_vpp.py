@@ -1,7 +1,7 @@
 """The driver against a real VPP: skipped unless VSWITCH_TEST_VPP_SOCKET names its API socket.
 
-Plan (both wiring modes, dual stack): two pods wired and configured with agent.podside, then what
-users send, through VPP:
+Plan (both wiring modes, dual stack): two pods wired and configured with agent.linux.pod_netns,
+then what users send, through VPP:
 - ping both ways, a 1 MiB TCP transfer checked end to end and UDP datagrams pod to pod, IPv4 and
   IPv6 (the checksums VPP must complete for veth pods);
 - a pod to a TCP server on the node (the interconnect's Linux end), IPv4 and IPv6;
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from agent import hostnat, podside
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane, interfaces, ip, names, neighbors
-from agent.errors import DataplaneFailure
-from agent.model import PodNetwork
+from agent.linux import hostnat, pod_netns
+from agent.model.errors import DataplaneFailure
+from agent.model.pod import PodNetwork
 from testbed.netns import named_netns, ping, run_in, unique
 from testbed.pods import vpp_pod as pod
 from testbed.traffic import Server, tcp_transfer, udp_exchange
@@ -96,8 +96,8 @@ def pods(driver: VppDataplane) -> Iterator[Pods]:
         wa = driver.attach(a, UndoStack())
         wb = driver.attach(b, UndoStack())
         try:
-            podside.configure(a, wa.gateway_mac)
-            podside.configure(b, wb.gateway_mac)
+            pod_netns.configure(a, wa.gateway_mac)
+            pod_netns.configure(b, wb.gateway_mac)
             yield Pods(a, b, ns_a, ns_b)
         finally:
             driver.detach(a, wa)

@@ -44,7 +44,7 @@ def ok_json(node: Node, *argv: str) -> Any:
 
 def put_orphan_allocation(cluster: Cluster, node_id: int, ip: str) -> None:
     """An allocation key no pod record owns (what a crashed writer of an old version left)."""
-    from agent.store import Store
+    from agent.state.store import Store
 
     def put() -> None:
         store = Store([ETCD_URL])

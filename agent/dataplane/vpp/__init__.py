@@ -1,6 +1,6 @@
 """The VPP dataplane driver: pods wired into FD.io VPP through vpp-papi (see docs/vpp.md).
 
-    config.py         VppConfig (validated) and vpp_config(agent config, node networks)
+    config.py         VppConfig (validated; built from the agent config by agent/app/wiring)
     api.py            the one vpp-papi call helper: retvals and connection loss -> CniErrors
     interfaces.py, afpacket.py, tap.py, ip.py, neighbors.py   VPP features, one module each
     names.py          deterministic names, MACs and owner tags
@@ -12,7 +12,7 @@
     node_mesh.py      the node mesh with Dataplane: vpp: mesh.py plus the node's Linux routes
 """
 
-from agent.dataplane.vpp.config import VppConfig, vpp_config
+from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.driver import VppDataplane
 
-__all__ = ["VppConfig", "VppDataplane", "vpp_config"]
+__all__ = ["VppConfig", "VppDataplane"]

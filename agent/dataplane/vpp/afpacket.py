@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
-from agent.errors import InvalidConfig
+from agent.model.errors import InvalidConfig
 
 MODE_ETHERNET = 1  # AF_PACKET_API_MODE_ETHERNET
 FLAG_QDISC_BYPASS = 1  # AF_PACKET_API_FLAG_QDISC_BYPASS

@@ -21,7 +21,7 @@ from typing import Any
 
 from vpp_papi import VPPApiClient
 
-from agent.errors import DataplaneFailure, TryAgainLater
+from agent.model.errors import DataplaneFailure, TryAgainLater
 
 log = logging.getLogger(__name__)
 

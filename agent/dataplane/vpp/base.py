@@ -25,11 +25,11 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 
-from agent import netlink
 from agent.dataplane.vpp import afpacket, hostlink, interfaces, ip, names, neighbors, tap
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.config import VppConfig
-from agent.model import IPInterface
+from agent.linux import netlink
+from agent.model.pod import IPInterface
 
 log = logging.getLogger(__name__)
 HOST_LINUX_MAC = names.base_mac("host-linux")  # the node's end of the interconnect

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from agent.cluster.node import VXLAN_OVERHEAD
 from agent.dataplane.vpp.afpacket import RingOptions
-from agent.errors import InvalidConfig
-from agent.model import IPInterface
-
-if TYPE_CHECKING:
-    from agent.config import AgentConfig
-    from ipam import NodeNetworks
+from agent.model.errors import InvalidConfig
+from agent.model.pod import IPInterface
 
 IFNAMSIZ = 15  # longest Linux interface name
 
@@ -111,40 +105,3 @@ class VppConfig:
         families = {s.version for s in self.pod_subnets}
         return tuple(n for n in self.cluster_pod_nets
                      if n.version in families and n not in self.pod_subnets)
-
-
-def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
-    """The driver's config from the agent's config and this node's networks."""
-    gateways = tuple(
-        ipaddress.ip_interface(f"{gw}/{subnet.prefixlen}")
-        for gw, subnet in zip(networks.gateways, networks.pod_subnets, strict=True)
-    )
-    return VppConfig(
-        api_socket=cfg.vpp_api_socket,
-        api_dir=cfg.vpp_api_dir or None,
-        use_tap=cfg.use_tap_interfaces,
-        tap_version=cfg.tap_interface_version,
-        tap_rx_ring_size=cfg.tapv2_rx_ring_size,
-        tap_tx_ring_size=cfg.tapv2_tx_ring_size,
-        mtu=cfg.mtu,
-        # VPP's VXLAN packets to other nodes leave through the interconnect (node_mesh.py)
-        host_mtu=cfg.mtu + (0 if cfg.use_l2_interconnect
-                            else VXLAN_OVERHEAD[networks.vpp_host_subnet.version]),
-        pod_tso4=cfg.use_l2_interconnect,
-        main_vrf_id=cfg.main_vrf_id,
-        pod_vrf_id=cfg.pod_vrf_id,
-        pod_gateways=gateways,
-        vpp_host_ip=networks.vpp_host_ip,
-        host_linux_ip=networks.host_linux_ip,
-        host_ifname=cfg.vpp_host_interface,
-        host_vpp_ifname=cfg.vpp_host_peer_interface,
-        cluster_pod_nets=tuple(n for n in (cfg.ipam.pod_subnet_cidr, cfg.ipam.pod_subnet_v6_cidr)
-                               if n is not None),
-        afpacket=RingOptions(
-            version=cfg.afpacket_version,
-            qdisc_bypass=cfg.afpacket_qdisc_bypass,
-            frame_size=cfg.afpacket_frame_size,
-            rx_frames=cfg.afpacket_rx_frames,
-            tx_frames=cfg.afpacket_tx_frames,
-        ),
-    )

@@ -16,7 +16,6 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from agent import netlink
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import (
     afpacket,
@@ -33,8 +32,9 @@ from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
 from agent.dataplane.vpp.tapv2 import TapV2
 from agent.dataplane.vpp.veth_afpacket import VethAfPacket
-from agent.errors import CniError, DataplaneFailure
-from agent.model import IPAddress, PodKey, PodNetwork, Wiring
+from agent.linux import netlink
+from agent.model.errors import CniError, DataplaneFailure
+from agent.model.pod import IPAddress, PodKey, PodNetwork, Wiring
 
 log = logging.getLogger(__name__)
 

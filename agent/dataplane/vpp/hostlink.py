@@ -14,9 +14,9 @@ import ipaddress
 
 from pyroute2 import NetlinkError
 
-from agent import netlink
-from agent.errors import DataplaneFailure
-from agent.model import IPInterface
+from agent.linux import netlink
+from agent.model.errors import DataplaneFailure
+from agent.model.pod import IPInterface
 
 NUD_PERMANENT = 0x80
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
-from agent.model import IPInterface
+from agent.model.pod import IPInterface
 
 VALUE_EXIST = -81  # VNET_API_ERROR_VALUE_EXIST
 

@@ -41,10 +41,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from agent.cluster.node import NodeInfo, link_local
 from agent.dataplane.vpp import interfaces, ip, neighbors
 from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
 from agent.dataplane.vpp.names import BASE_TAG_PREFIX
+from agent.model.node import NodeInfo, link_local
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agent.dataplane import UndoStack
-from agent.model import PodNetwork
+from agent.model.pod import PodNetwork
 
 
 @dataclass(frozen=True)

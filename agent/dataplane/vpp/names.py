@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 
-from agent.model import PodKey
+from agent.model.pod import PodKey
 
 POD_TAG_PREFIX = "vswitch-cni:"  # vswitch-cni:<container_id>:<ifname>
 BASE_TAG_PREFIX = "vswitch-cni/"  # the driver's own objects (gateway loopback, host link)

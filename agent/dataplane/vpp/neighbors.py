@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
-from agent.model import IPAddress
+from agent.model.pod import IPAddress
 
 ANY = 0xFFFFFFFF
 FLAG_STATIC = 1  # IP_API_NEIGHBOR_FLAG_STATIC

@@ -25,10 +25,10 @@ import ipaddress
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from agent.cluster.node import VXLAN_OVERHEAD, NodeInfo
 from agent.dataplane.kernel_mesh import KernelMesh
 from agent.dataplane.vpp.mesh import VppMesh, tunnel_endpoint
-from agent.errors import InvalidConfig
+from agent.model.errors import InvalidConfig
+from agent.model.node import VXLAN_OVERHEAD, NodeInfo
 
 if TYPE_CHECKING:
     from agent.dataplane.vpp.driver import VppDataplane

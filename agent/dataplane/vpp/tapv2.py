@@ -13,8 +13,8 @@ from agent.dataplane import UndoStack
 from agent.dataplane.vpp import interfaces, names, tap
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.modes import Port
-from agent.errors import DataplaneFailure
-from agent.model import PodNetwork
+from agent.model.errors import DataplaneFailure
+from agent.model.pod import PodNetwork
 
 SYSCALL_ERROR_1 = -11
 VHOST_HINT = (

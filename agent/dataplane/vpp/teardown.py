@@ -17,10 +17,10 @@ from __future__ import annotations
 import ipaddress
 import logging
 
-from agent import netlink
 from agent.dataplane.vpp import afpacket, hostlink, interfaces, ip, names, tap
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.config import VppConfig
+from agent.linux import netlink
 
 log = logging.getLogger(__name__)
 

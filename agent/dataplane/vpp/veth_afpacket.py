@@ -6,13 +6,13 @@ Works on every kernel (no /dev/vhost-net needed); costs a kernel hop compared wi
 
 from __future__ import annotations
 
-from agent import ethtool, netlink
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.interfaces import set_tag
 from agent.dataplane.vpp.modes import Port
-from agent.model import PodNetwork
+from agent.linux import ethtool, netlink
+from agent.model.pod import PodNetwork
 
 
 class VethAfPacket:

@@ -1,0 +1,10 @@
+"""The app wing: the composition root, the one place that reads the config and chooses the
+implementations (kernel or VPP dataplane, the cluster side or none).
+
+    config.py         the YAML config, validated once at start (AgentConfig)
+    agent.py          the agent process: builds every part in order, runs until SIGTERM
+    wiring.py         the dataplane driver, its config and the NAT plan, from the config
+    cluster_side.py   registry, liveness and mesh controller, from the config
+    teardown.py       `--teardown`: what a stopped agent left on the node
+    node_commands.py  the operator's node commands (node remove/list, agent.nodes)
+"""

@@ -1,0 +1,426 @@
+"""The agent process: builds every part from the config, in order, and runs until SIGTERM.
+
+Start-up order matters: the REST endpoint first (probes get /liveness and a 503 /readiness
+naming the phase from the first second, also while etcd is awaited), then etcd and the node ID
+(the node's subnets follow from the ID), then the dataplane's base configuration, then reconcile,
+and only then the CNI socket. A pod is never accepted before the agent knows what it already
+has. Shutdown is the reverse: stop accepting, drain in-flight requests, remove the socket; pods
+stay wired.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from agent.api.grpc_server import CniService
+from agent.api.rest import RestServer
+from agent.app.cluster_side import ClusterSide
+from agent.app.config import AgentConfig
+from agent.app.wiring import make_dataplane, nat_plan
+from agent.dataplane import Dataplane
+from agent.infra.backoff import retry_unavailable
+from agent.infra.metrics import Metrics
+from agent.lifecycle.pods import PodManager
+from agent.lifecycle.pools import Pools
+from agent.lifecycle.reconcile import ReconcileReport, reconcile
+from agent.linux import hostnat
+from agent.model.errors import Degraded, EtcdTLSFailure, NotReady, TryAgainLater
+from agent.model.pod import PodKey
+from agent.state.id_guard import BindingGuard
+from agent.state.journal import DeleteJournal
+from agent.state.node_ids import NodeIdentity
+from agent.state.store import Store
+from ipam import IPAMConfig, NodeNetworks, node_networks
+from protos import cni_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+STARTUP_WAIT = 60.0  # seconds an agent waits at start for etcd, and then for its dataplane
+WORKER_PREFIX = "cni-worker"  # the names of the threads that serve CNI requests
+
+
+class StartupError(Exception):
+    """The agent cannot start; the message says what to change."""
+
+
+class Agent:
+    """One node's agent. `start()` brings it up; `stop()` drains and closes."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.store = Store(list(config.etcd_endpoints), config.etcd_prefix, config.etcd_timeout,
+                           config.etcd_tls)
+        self.node_id = 0
+        self.networks: NodeNetworks | None = None
+        self.pods: PodManager | None = None
+        self.dataplane: Dataplane | None = None
+        self.report = ReconcileReport()
+        self._ready = threading.Event()
+        self._phase = "starting"  # what start() is doing, the readiness reason until ready
+        self._grpc: grpc.Server | None = None
+        self._service: CniService | None = None
+        self._workers: futures.ThreadPoolExecutor | None = None
+        self._rest: RestServer | None = None
+        self._stopping = threading.Event()
+        self._watch: threading.Thread | None = None
+        self.binding: BindingGuard | None = None
+        self.repair_report: dict[str, Any] = {}
+        self.cluster: ClusterSide | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.config
+        for warning in cfg.warnings:
+            log.warning("%s", warning)
+        # First of all: a live agent on this socket (a rolling update's overlap, a second copy)
+        # means this one must touch nothing, least of all reconcile the other's pods.
+        prepare_socket(cfg.cni_socket)
+        self._rest = self._listen()
+        self._phase = "starting: waiting for etcd"
+        self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam, cfg.state_dir).acquire(
+            wait=STARTUP_WAIT, stopping=self._stopping, on_wait=self._etcd_awaited
+        )
+        self.networks = node_networks(cfg.ipam, self.node_id)
+        log.info(
+            "node %s has ID %d, pod subnets %s",
+            cfg.node_name,
+            self.node_id,
+            [str(s) for s in self.networks.pod_subnets],
+        )
+        # made, not started: no I/O yet
+        self.dataplane = make_dataplane(cfg, self.networks, self.metrics)
+        # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
+        # carry refuses the start. The VPP mesh shares the driver's connection.
+        self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
+        self._phase = f"starting: setting up the {cfg.dataplane} dataplane"
+        self._start_dataplane(self.dataplane)
+        try:
+            hostnat.apply(nat_plan(cfg))
+        except hostnat.NftError as exc:
+            raise StartupError(f"cannot set up NAT (NatExternalTraffic): {exc}") from exc
+        pools = Pools(self.networks)
+        journal = DeleteJournal(os.path.join(cfg.state_dir, "pending-deletes"))
+        self.pods = PodManager(
+            self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics, journal=journal,
+            records_dir=os.path.join(cfg.state_dir, "pods"),
+        )
+        self._register_gauges(pools, journal)
+        self._phase = "starting: reconciling pods"
+        self.report = reconcile(self.pods)
+        self.pods.start_drainer()
+        self.binding = BindingGuard(self.store, cfg.node_name, self.node_id, self.pods)
+        self.binding.start()
+        self._start_watch(self.dataplane.generation())
+        if self.cluster is not None:
+            self.cluster.start()
+        self._service = CniService(self.pods, self.status, cfg.workers)
+        self.metrics.gauge("vswitch_cni_busy_workers", "CNI requests being served now.",
+                           lambda: float(self._busy()))
+        self._serve_cni(self._service)
+        self._ready.set()
+        log.info("agent ready on %s", cfg.cni_socket)
+
+    def _etcd_awaited(self, exc: TryAgainLater) -> None:
+        """Readiness names why etcd is awaited: a TLS failure is no outage to sit out."""
+        self._phase = f"starting: waiting for etcd ({exc})"
+
+    def _register_gauges(self, pools: Pools, journal: DeleteJournal) -> None:
+        """The scrape-time gauges (docs/metrics.md)."""
+        m = self.metrics
+        # Every pod holds one address of the first family, so the pool's use counts the pods.
+        m.gauge("vswitch_cni_pods", "Pod attachments on this node.",
+                lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
+        m.gauge("vswitch_cni_pending_deletes", "DELs whose etcd release is still journaled.",
+                lambda: float(len(journal)))
+        pending_links = getattr(self.dataplane, "pending_link_deletes", None)
+        if callable(pending_links):  # the kernel driver deletes DELs' links in the background
+            m.gauge("vswitch_cni_pending_link_deletes",
+                    "Host links of deleted pods (down, unrouted) not deleted yet.",
+                    lambda: float(pending_links()))
+        for key, name, text in (("capacity", "capacity", "Assignable pod addresses"),
+                                ("inUse", "in_use", "Pod addresses in use"),
+                                ("free", "free", "Pod addresses free")):
+            m.labelled(f"vswitch_cni_pool_{name}", f"{text} per family and subnet.",
+                       ("family", "subnet"), _pool_reader(pools, key))
+        m.labelled("vswitch_cni_reconcile_pods", "Outcome of the start-up reconcile per pod.",
+                   ("result",), lambda: reconcile_counts(self.report))
+        m.gauge("vswitch_cni_etcd_up", "1 when etcd answers (checked at scrape time).",
+                self._etcd_up)
+        m.labelled("vswitch_cni_dataplane_up", "1 when the vswitch answers (VPP connected).",
+                   ("dataplane",), lambda: [((self.config.dataplane,),
+                                             float(bool(self.dataplane and
+                                                        self.dataplane.ready())))])
+        m.labelled("vswitch_cni_mesh_nodes", "Remote nodes by mesh state.", ("state",),
+                   self._mesh_counts)
+
+    def _etcd_up(self) -> float:
+        try:
+            self.store.ping()
+        except Exception:
+            return 0.0
+        return 1.0
+
+    def _mesh_counts(self) -> list[tuple[tuple[str], float]]:
+        counts = dict.fromkeys(("programmed", "failed", "pending"), 0)
+        if self.cluster is not None:
+            for node in self.cluster.snapshot()["nodes"]:
+                state = node.get("mesh", {}).get("state", "pending")
+                if state != "local":
+                    counts[state] = counts.get(state, 0) + 1
+        return [((state,), float(n)) for state, n in sorted(counts.items())]
+
+    def _start_dataplane(self, dataplane: Dataplane) -> None:
+        """Starts the dataplane, waiting like for etcd while the vswitch is not up yet (in the
+        DaemonSet VPP and the agent start together; giving up at once would crash-loop)."""
+        def waiting(exc: TryAgainLater, left: float) -> None:
+            log.warning("waiting for the %s dataplane: %s", dataplane.name, exc)
+            self._phase = f"starting: waiting for the {dataplane.name} dataplane"
+
+        try:
+            retry_unavailable(dataplane.start, STARTUP_WAIT, self._stopping, waiting)
+        except TryAgainLater as exc:
+            if self._stopping.is_set():
+                raise StartupError("stopped while waiting for the dataplane") from exc
+            raise StartupError(f"the {dataplane.name} dataplane is not reachable: {exc}") from exc
+
+    def _listen(self) -> RestServer:
+        address = self.config.http_host_port
+        try:
+            rest = RestServer(address, self)
+        except OSError as exc:
+            raise StartupError(f"cannot serve REST on HTTPAddress {self.config.http_address}: "
+                               f"{exc.strerror or exc}") from exc
+        rest.start()
+        return rest
+
+    def _serve_cni(self, service: CniService) -> None:
+        path = self.config.cni_socket
+        prepare_socket(path)  # again: a stale file may have appeared while reconciling
+        workers = futures.ThreadPoolExecutor(self.config.workers, thread_name_prefix=WORKER_PREFIX)
+        server = grpc.server(workers)
+        self._workers = workers
+        cni_pb2_grpc.add_RemoteCNIServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"unix:{path}")
+        # The socket is the node's CNI endpoint: only root may talk to it (mode 0600). The umask
+        # covers the moment grpc creates it; nothing else creates files while it is set.
+        old = os.umask(0o177)
+        try:
+            server.start()
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self._grpc = server
+
+    def _start_watch(self, seen: int, interval: float = 1.0) -> None:
+        """Watches the vswitch: when the driver has connected to it anew (VPP restarted, or
+        the connection broke), every pod is checked and repaired without restarting the agent."""
+
+        def run() -> None:
+            generation = seen
+            while not self._stopping.wait(interval):
+                assert self.dataplane is not None and self.pods is not None
+                try:
+                    if not self.dataplane.ready() or self.dataplane.generation() == generation:
+                        continue
+                    generation = self.dataplane.generation()
+                    log.warning("dataplane reconnected (generation %d): repairing pods", generation)
+                    started = time.monotonic()
+                    damaged = self.pods.repair_all()
+                    if self.cluster is not None:  # a restarted VPP lost the node mesh too
+                        self.cluster.controller.resync_now()
+                    self.repair_report = {
+                        "generation": generation,
+                        "seconds": round(time.monotonic() - started, 4),
+                        "damaged": damaged,
+                    }
+                    log.warning(
+                        "repair after reconnect: %d pods still damaged, %.2fs",
+                        len(damaged),
+                        time.monotonic() - started,
+                    )
+                except Exception:  # the watch must outlive any one failure
+                    log.exception("dataplane watch failed")
+
+        self._watch = threading.Thread(target=run, name="dataplane-watch", daemon=True)
+        self._watch.start()
+
+    def interrupt(self) -> None:
+        """From a signal handler: ends waits in start() (the caller then calls stop())."""
+        self._stopping.set()
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Stops accepting, lets in-flight requests finish (up to `grace`), closes."""
+        self._ready.clear()
+        self._stopping.set()
+        if self._watch is not None:
+            self._watch.join(timeout=10)
+        if self._grpc is not None:
+            self._grpc.stop(grace).wait()
+            self._grpc = None
+            assert self._workers is not None
+            self._workers.shutdown(wait=False)  # idle workers end; a stuck one: see agent.main
+            # Only the agent that served the socket removes it: one that was refused at start
+            # must not take the live agent's socket away.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.config.cni_socket)
+        if self._rest is not None:
+            self._rest.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+        if self.binding is not None:
+            self.binding.stop()
+        if self.pods is not None:
+            self.pods.stop()
+        if self.dataplane is not None:
+            self.dataplane.close()
+        self.store.close()
+
+    # ---- health ----------------------------------------------------------------------------
+
+    def status(self) -> None:
+        """CNI STATUS: raises NotReady (50) or Degraded (51); returns when all is well."""
+        ok, reason = self.ready()
+        if not ok:
+            raise NotReady("the agent cannot accept ADDs", reason)
+        damaged = self.repair_report.get("damaged", self.report.damaged)
+        if damaged:
+            raise Degraded(
+                "some pods may have lost connectivity",
+                f"{len(damaged)} pods damaged: {', '.join(sorted(damaged)[:5])}",
+            )
+
+    def ready(self) -> tuple[bool, str]:
+        if not self._ready.is_set():
+            return False, "stopping" if self._stopping.is_set() else self._phase
+        try:
+            self.store.ping()
+        except EtcdTLSFailure as exc:
+            return False, str(exc)
+        except Exception as exc:
+            return False, f"etcd unreachable: {exc}"
+        if self.cluster is not None and self.cluster.removed():
+            return False, "this node was removed from the cluster (node remove): restart its agent"
+        if self.binding is not None and self.binding.lost:
+            return False, self.binding.lost
+        if self.dataplane is None or not self.dataplane.ready():
+            return False, f"dataplane {self.config.dataplane} not ready"
+        if self.pods is not None and self.pods.pools.exhausted():
+            return False, "pod subnet exhausted"
+        if self._service is not None and self._service.saturated():
+            return False, f"all {self.config.workers} CNI workers are busy"
+        return True, "ready"
+
+    def _busy(self) -> int:
+        return self._service.busy() if self._service is not None else 0
+
+    def live(self) -> bool:
+        return True
+
+    # ---- RestSource ------------------------------------------------------------------------
+
+    @property
+    def node_name(self) -> str:
+        return self.config.node_name
+
+    @property
+    def node_ip(self) -> str:
+        return self.cluster.local.node_ip if self.cluster else self.config.node_ip
+
+    @property
+    def ipam_config(self) -> IPAMConfig:
+        return self.config.ipam
+
+    def allocations(self) -> dict[str, dict[str, Any]]:
+        self._started()
+        return self.store.list_allocations(self.node_id)
+
+    def pod_records(self) -> list[dict[str, Any]]:
+        return [r.to_json_dict() for r in self._started().records()]
+
+    def pool_usage(self) -> list[dict[str, object]]:
+        return self._started().pools.usage()
+
+    def _started(self) -> PodManager:
+        """The pod manager, or TryAgainLater (REST 503) while start() has not made it yet."""
+        if self.pods is None:
+            raise TryAgainLater(f"the agent is not serving pods yet ({self._phase})")
+        return self.pods
+
+    def metrics_text(self) -> str:
+        return self.metrics.render()
+
+    def mesh_nodes(self) -> dict[str, Any]:
+        if self.cluster is None:
+            reason = "it has no node IP" if self._ready.is_set() else "the agent is starting"
+            raise NotReady(f"this node is not in the node registry: {reason}")
+        return self.cluster.snapshot()
+
+    def check_pod(self, container_id: str, ifname: str) -> dict[str, Any] | None:
+        """A live CHECK of one attachment for operators (read-only: nothing is repaired)."""
+        return self._started().inspect(PodKey(container_id, ifname))
+
+    def last_reconcile(self) -> dict[str, Any]:
+        return {**self.report.to_json(), "lastRepair": self.repair_report or None}
+
+
+def _pool_reader(pools: Pools, key: str) -> Callable[[], list[tuple[tuple[str, str], float]]]:
+    def read() -> list[tuple[tuple[str, str], float]]:
+        out = []
+        for pool in pools.usage():
+            subnet = str(pool["subnet"])
+            family = "6" if ":" in subnet else "4"
+            out.append(((family, subnet), float(pool[key])))  # type: ignore[arg-type]
+        return out
+
+    return read
+
+
+def reconcile_counts(report: ReconcileReport) -> list[tuple[tuple[str], float]]:
+    """Pods per reconcile outcome (the last reconcile; repairs after a VPP restart not counted)."""
+    counts = {
+        "live": report.live,
+        "removed_unfinished": len(report.removed_unfinished),
+        "removed_dead": len(report.removed_dead),
+        "removed_orphans": len(report.removed_orphans),
+        "repaired": len(report.repaired),
+        "damaged": len(report.damaged),
+        "errors": len(report.errors),
+    }
+    return [((result,), float(n)) for result, n in counts.items()]
+
+
+def prepare_socket(path: str) -> None:
+    """Makes the socket's directory and replaces a stale socket, never a live one or a file."""
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise StartupError(f"{path} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        os.unlink(path)  # nobody listens: a leftover of an agent that died
+        return
+    except OSError as exc:
+        raise StartupError(f"cannot tell whether {path} is in use: {exc}") from exc
+    finally:
+        probe.close()
+    raise StartupError(f"another agent is serving on {path}; stop it first")

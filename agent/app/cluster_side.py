@@ -1,0 +1,126 @@
+"""The cluster side of one agent, built from the config: registry, liveness, mesh controller.
+
+`ClusterSide.build` runs at start, after the node ID is known: it works out the node IP, checks
+that the pod MTU fits the uplink (refusing to start otherwise), and `start()` then publishes the
+node and follows the registry in background threads. Nothing here is on the request path.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agent.app.config import AgentConfig, unusable_node_ip
+from agent.cluster.controller import MeshController
+from agent.dataplane.kernel_mesh import KernelMesh
+from agent.model.errors import InvalidConfig
+from agent.model.node import NodeInfo, NodeInfoError, NoNodeIP, choose_node_ip, local_node
+from agent.state.registry import Liveness, Registry
+from ipam import NodeNetworks
+
+if TYPE_CHECKING:
+    from agent.dataplane.vpp.node_mesh import VppNodeMesh
+
+log = logging.getLogger(__name__)
+
+
+class ClusterSide:
+    def __init__(self, registry: Registry, local: NodeInfo, controller: MeshController) -> None:
+        self.registry = registry
+        self.local = local
+        self.controller = controller
+        self.liveness = Liveness(registry, local.node_id)
+
+    @classmethod
+    def build(
+        cls, cfg: AgentConfig, networks: NodeNetworks, dataplane: Any = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ClusterSide | None:
+        """Raises InvalidConfig for a node IP that is no address, cannot be reached (loopback,
+        multicast, ...) or, given as NodeIP or NODE_IP, is on none of this node's interfaces,
+        and for a pod MTU that cannot fit; None (the node stays out of the mesh, warned about)
+        when there is no node IP at all.
+        `dataplane`: the pod dataplane (not started yet); the VPP mesh shares its connection."""
+        env = os.environ if env is None else env
+        try:
+            node_ip = choose_node_ip(cfg.node_ip, env, networks)
+        except NoNodeIP as exc:
+            log.warning("%s: this node is not published to the node registry", exc)
+            return None
+        except NodeInfoError as exc:
+            raise InvalidConfig(str(exc), "set NodeIP, or NODE_IP in the environment") from exc
+        source = "NodeIP" if cfg.node_ip else "NODE_IP" if env.get("NODE_IP") else ""
+        why = unusable_node_ip(ipaddress.ip_address(node_ip))
+        if why:
+            raise InvalidConfig(f"{source or 'the node IP'} {node_ip} {why}")
+        mesh = _mesh(cfg, networks, dataplane)
+        probe = local_node(cfg.node_name, node_ip, networks)
+        mesh.check_mtu(probe)
+        uplink = (mesh if isinstance(mesh, KernelMesh) else mesh.linux).uplink(probe)
+        if uplink is None and source:
+            # Published, it would have every other node tunnel to an address nobody holds (a
+            # typo, or one NodeIP in a config map all nodes share): refused, not warned about.
+            raise InvalidConfig(
+                f"{source} {node_ip} is on no interface of this node",
+                "other nodes would send this node's traffic to it; give this node's own "
+                "address (the DaemonSet sets NODE_IP from status.hostIP; a NodeIP in a config "
+                "map that all nodes share is wrong on all but one)")
+        if uplink is None:
+            # The Contiv default (host number <node ID> of NodeInterconnectCIDR), no address
+            # given: a single node, or one whose interconnect address comes later.
+            log.warning("node IP %s (NodeInterconnectCIDR host %d) is on no interface here: no "
+                        "mesh to other nodes until it is; set NodeIP or NODE_IP",
+                        node_ip, networks.node_id)
+        local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
+                           rest_port=cfg.http_host_port[1])
+        registry = Registry(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout,
+                            cfg.etcd_tls)
+        return cls(registry, local, MeshController(registry, local, mesh))
+
+    def start(self) -> None:
+        self.liveness.start()
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.controller.stop()
+        self.liveness.stop()
+        self.registry.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.controller.snapshot()
+
+    def removed(self) -> bool:
+        """True once an operator removed this node from the cluster while its agent ran."""
+        return self.controller.removed.is_set()
+
+
+def _mesh(cfg: AgentConfig, networks: NodeNetworks, dataplane: Any) -> KernelMesh | VppNodeMesh:
+    """The mesh of the configured dataplane (kernel: KernelMesh; vpp: VPP's VXLAN mesh over
+    Linux routes, or Linux routes alone with UseL2Interconnect)."""
+    if cfg.dataplane == "kernel":
+        return KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
+                          l2_interconnect=cfg.use_l2_interconnect)
+    # Imported here: a kernel-dataplane agent never loads vpp-papi.
+    from agent.dataplane.vpp.driver import VppDataplane
+    from agent.dataplane.vpp.mesh import VppMesh
+    from agent.dataplane.vpp.node_mesh import VppNodeMesh
+
+    if not isinstance(dataplane, VppDataplane):
+        raise TypeError(f"the {cfg.dataplane} mesh needs the VPP driver, got {dataplane!r}")
+    linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
+                       route_vpp_host=not cfg.use_l2_interconnect)
+    if cfg.use_l2_interconnect:
+        return VppNodeMesh(dataplane, linux, None, cfg.mtu)
+    if cfg.main_vrf_id == cfg.pod_vrf_id:
+        # The pod VRF routes remote VPP-host subnets into the tunnels, whose own packets (to
+        # those subnets) are routed in the main VRF: one table would loop them.
+        raise InvalidConfig(
+            f"MainVRFID and PodVRFID are both {cfg.main_vrf_id}: the VPP node mesh needs two",
+            "give PodVRFID another table ID (default 1), or set UseL2Interconnect: true",
+        )
+    vpp = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
+                  cfg.vxlan_vni)
+    return VppNodeMesh(dataplane, linux, vpp, cfg.mtu)

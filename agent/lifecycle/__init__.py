@@ -1,0 +1,10 @@
+"""The lifecycle wing: the CNI verbs against state, dataplane and the pod's namespace.
+
+    pods.py       PodManager: ADD, DEL, CHECK and GC, serialized per attachment
+    add_steps.py  one ADD's steps, each with its undo
+    reconcile.py  before serving: make dataplane, pools and etcd agree with the records
+    pools.py      the node's address pools (ipam allocators)
+    locks.py      per-attachment serialization (never one node-wide lock)
+
+Imports model, infra, linux, state and dataplane; never the cluster wing or the API.
+"""

@@ -1,0 +1,527 @@
+"""The pod lifecycle: the ADD, DEL, CHECK and GC steps, serialized per attachment.
+
+ADD is a sequence of steps (agent/lifecycle/add_steps), each pushing its inverse on an undo stack;
+when a step fails the stack unwinds, so a failed ADD leaves no interface, route, address or record:
+
+    1. allocate     addresses from the node pools      (undo: return them)
+    2. record       record + allocation keys in etcd   (undo: delete both, one transaction;
+                    etcd not answering: journaled like a DEL, addresses kept until settled)
+    3. wire         dataplane host side + pod interface (undo: the driver's own steps)
+    4. podside      addresses, neighbor, routes in the pod netns (removed with the interface)
+    5. commit       record marked ready with its wiring
+
+A record in state "adding" therefore means an ADD that never answered success; reconcile
+treats it as garbage. Requests for one (container ID, ifname) run one at a time; different pods
+run in parallel (agent/lifecycle/locks).
+
+The manager also keeps a copy of the node's records (agent/state/local_records: loaded at
+reconcile, updated
+by every ADD and DEL, this agent being their only writer, mirrored on the node's disk). etcd
+stays the truth for every decision; the copy finds a pod's older sandbox without listing etcd on
+every ADD, lets a DEL tear a pod down while etcd is unreachable (agent/state/journal keeps the
+release until etcd is back), and gives etcd back the records it lost (restore_records).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.dataplane import Dataplane, UndoStack
+from agent.infra import failpoints
+from agent.infra.metrics import Metrics
+from agent.lifecycle.add_steps import PodSide, PodStore, add_steps, netns_matches
+from agent.lifecycle.locks import KeyedLocks
+from agent.lifecycle.pools import Pools
+from agent.linux import pod_netns
+from agent.model.errors import CniError, TryAgainLater, UnknownContainer
+from agent.model.pod import PodKey, PodNetwork, PodRecord, Wiring
+from agent.model.request import CniRequest
+from agent.state.journal import DeleteJournal, JournalUnwritable
+from agent.state.local_records import KnownRecords
+
+log = logging.getLogger(__name__)
+_STALE_ROUNDS = 20  # each lost round means another request replaced one of the pod's sandboxes
+
+
+class CheckFailed(CniError):
+    """CHECK found the attachment different from what ADD created."""
+
+    code = 103
+
+
+@dataclass(frozen=True)
+class GCReport:
+    removed: list[str]
+    errors: list[str]
+
+
+class PodManager:
+    """Runs CNI verbs against the store, the dataplane and the pod side."""
+
+    def __init__(
+        self,
+        node_id: int,
+        store: PodStore,
+        dataplane: Dataplane,
+        pools: Pools,
+        mtu: int,
+        metrics: Metrics | None = None,
+        pod_side: PodSide = pod_netns,
+        journal: DeleteJournal | None = None,
+        records_dir: str | Path | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.dataplane = dataplane
+        self.pools = pools
+        self.mtu = mtu
+        self.metrics = metrics or Metrics()
+        self.locks = KeyedLocks()
+        self.pod_side = pod_side
+        self.journal = journal
+        self.known = KnownRecords(records_dir)
+        self._stop = threading.Event()
+        self._drainer: threading.Thread | None = None
+        self._refusing = ""
+        self._register_gauges()
+
+    def _register_gauges(self) -> None:
+        """The StateDir's gauges (docs/metrics.md), beside the agent's own (agent/app/agent)."""
+        healths = ([self.known.health] if self.known.directory is not None else []) + (
+            [self.journal.health] if self.journal is not None else [])
+        if not healths:
+            return
+        self.metrics.labelled(
+            "vswitch_cni_state_dir_writable",
+            "0 while writes or removals in this part of the StateDir fail (read-only, full).",
+            ("part",), lambda: [((h.part,), 0.0 if h.problem else 1.0) for h in healths])
+        self.metrics.gauge(
+            "vswitch_cni_record_copies_behind",
+            "Pod record copies in the StateDir not written or removed yet (the disk refused).",
+            lambda: float(len(self.known.behind())))
+
+    # ---- ADD -------------------------------------------------------------------------------
+
+    def refuse_adds(self, reason: str) -> None:
+        """ADDs fail with `reason` until called with "" (agent/state/id_guard: the node ID is
+        lost)."""
+        self._refusing = reason
+
+    def add(self, req: CniRequest) -> PodRecord:
+        if self._refusing:
+            raise TryAgainLater("this node cannot take pods now", self._refusing)
+        # Replacing a stale sandbox takes its lock too: both locks are taken together, in the
+        # locks' one global order (two re-ADDs each holding its own lock and waiting for the
+        # other's deadlocked), and the stale sandbox is looked up again once they are held.
+        for _ in range(_STALE_ROUNDS):
+            stale = self._stale_sandbox(req)
+            keys = [req.key] if stale is None else [req.key, stale.key]
+            with self.locks.hold(*keys):
+                if _key_of(self._stale_sandbox(req)) != _key_of(stale):
+                    continue  # another request replaced a sandbox meanwhile: look again
+                return self._add_locked(req, stale)
+        raise TryAgainLater(
+            f"the sandboxes of pod {req.pod_namespace}/{req.pod_name} keep changing",
+            f"{_STALE_ROUNDS} concurrent replacements in a row",
+        )
+
+    def _add_locked(self, req: CniRequest, stale: PodRecord | None) -> PodRecord:
+        if self.journal is not None and self.journal.has(req.key):
+            # An older DEL of this key (maybe journaled by the plugin a moment ago) still
+            # owes its teardown and release: settled now, or it would undo this ADD later.
+            self._drain_key(req.key)
+        existing = self.store.get_pod(self.node_id, req.key)
+        if existing is not None:
+            same = existing.netns == req.netns and netns_matches(existing)
+            if existing.state == "ready" and same:
+                return existing  # a repeated ADD: answer what was recorded
+            self.teardown(existing)
+        if stale is not None:
+            current = self.store.get_pod(self.node_id, stale.key)
+            if current is None:
+                self._forget(stale.key)  # gone from etcd already: nothing left to replace
+            else:
+                log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
+                self.teardown(current)
+        record = add_steps(self, req)
+        self._remember(record)
+        return record
+
+    def _stale_sandbox(self, req: CniRequest) -> PodRecord | None:
+        """An older sandbox of the same pod (namespace/name, same ifname) left behind."""
+        if not (req.pod_namespace and req.pod_name):
+            return None
+        records = self.known.all()
+        for record in records:
+            if (
+                record.pod_namespace == req.pod_namespace
+                and record.pod_name == req.pod_name
+                and record.ifname == req.ifname
+                and record.container_id != req.container_id
+                and (not req.pod_uid or not record.pod_uid or record.pod_uid == req.pod_uid)
+            ):
+                return record
+        return None
+
+    # ---- the node's copy of its records (agent/state/local_records)
+    # ----------------------------------------
+
+    def load(self, records: Iterable[PodRecord]) -> None:
+        """Replaces the copy (reconcile calls this with the surviving records)."""
+        self.known.load(records)
+
+    def restore_records(self) -> list[str]:
+        """Writes back the records etcd lost (wiped, restored from an old backup) from the
+        in-memory copy, with their allocation keys; returns the keys written. A pod is never
+        removed because etcd forgot it."""
+        present = {r.key for r in self.store.list_pods(self.node_id)}
+        missing = [r.key for r in self.known.all() if r.key not in present]
+        restored: list[str] = []
+        for key in missing:
+            with self.locks.hold(key):
+                record = self.known.get(key)
+                if record is None or (self.journal is not None and self.journal.has(key)):
+                    continue  # deleted meanwhile
+                try:
+                    if self.store.get_pod(self.node_id, key) is None:
+                        self.store.put_pod(self.node_id, record)
+                        restored.append(str(key))
+                except TryAgainLater:
+                    raise  # the caller tries again (what was written stays written)
+                except CniError as exc:
+                    log.error("record of %s not written back: %s", key, exc)
+        return restored
+
+    def _remember(self, record: PodRecord) -> None:
+        self.known.remember(record)
+
+    def _forget(self, key: PodKey) -> None:
+        self.known.forget(key)
+
+    # ---- DEL -------------------------------------------------------------------------------
+
+    def delete(self, req: CniRequest) -> None:
+        """Idempotent: succeeds when the netns, the interface or the record is already gone.
+
+        With etcd unreachable the dataplane is still torn down and the release journaled
+        (agent/state/journal): the pod is gone at once, etcd and the pools catch up later."""
+        with self.locks.hold(req.key):
+            if self.journal is not None and self.journal.has(req.key):
+                # The attachment's DEL (or a failed ADD's undo) is journaled already: settling
+                # it is this DEL. Doing the DEL besides would release the addresses twice.
+                try:
+                    self._drain_key(req.key)
+                except TryAgainLater as exc:
+                    entry = self.journal.get(req.key)
+                    if entry is not None and not entry.detached:
+                        self._delete_offline(req, exc)  # the plugin's entry: tear it down now
+                return
+            try:
+                record = self.store.get_pod(self.node_id, req.key)
+            except TryAgainLater as exc:
+                if self.journal is None:
+                    raise
+                self._delete_offline(req, exc)
+                return
+            if record is None:
+                # Nothing recorded; still remove what a crashed ADD may have left (names are
+                # derived from the key, so the driver can find them without a record).
+                self._detach(req.key, req.netns, None)
+                self._forget(req.key)
+                return
+            self.teardown(record, journal_if_unreachable=True)
+
+    def teardown(self, record: PodRecord, journal_if_unreachable: bool = False) -> None:
+        self._detach(record.key, record.netns, record)
+        failpoints.hit("del:detach")
+        try:
+            self.store.delete_pod(self.node_id, record.key, known=record)
+        except TryAgainLater as exc:
+            if not (journal_if_unreachable and self.journal is not None):
+                raise
+            self._journal(record.key, record, exc)
+            return
+        self._forget(record.key)
+        failpoints.hit("del:delete")
+        self.pools.release(record.addresses)
+        failpoints.hit("del:release")
+
+    def _delete_offline(self, req: CniRequest, unreachable: TryAgainLater) -> None:
+        record = self.known.get(req.key)
+        self._detach(req.key, req.netns, record)
+        failpoints.hit("del:detach")
+        self._journal(req.key, record, unreachable)
+
+    def _detach(self, key: PodKey, netns: str, record: PodRecord | None) -> None:
+        """The dataplane half of a DEL: from the record when there is one, else from the key
+        alone (the drivers derive names and tags from it)."""
+        if record is None:
+            self.dataplane.detach(PodNetwork(key, netns, (), (), self.mtu), None)
+        else:
+            wiring = Wiring(**record.wiring) if record.wiring else None
+            self.dataplane.detach(record.network(), wiring)
+
+    def _journal(self, key: PodKey, record: PodRecord | None,
+                 unreachable: TryAgainLater) -> None:
+        """Journals the release of a detached attachment while etcd is unreachable. When the
+        journal cannot be written either (StateDir full or read-only), the DEL fails with 11:
+        the record stays known and the addresses reserved, and the runtime's retry of the DEL
+        (idempotent: the dataplane is already torn down) finishes it."""
+        assert self.journal is not None
+        try:
+            self.journal.add(key, record)
+        except JournalUnwritable as exc:
+            raise TryAgainLater(
+                f"DEL of {key} cannot finish now: etcd is unreachable and the StateDir cannot "
+                "journal the release (full or read-only); the pod is torn down, its addresses "
+                "stay reserved until a retried DEL settles them",
+                f"etcd: {unreachable}; {exc}",
+            ) from exc
+        self._forget(key)
+        log.warning("etcd unreachable: DEL of %s journaled; released once etcd answers", key)
+
+    # ---- the DEL journal -------------------------------------------------------------------
+
+    def drain_journal(self) -> int:
+        """Settles journaled DELs with etcd; returns how many are still pending."""
+        if self.journal is None:
+            return 0
+        self.journal.rescan()  # the plugin journals DELs it could not bring to the agent
+        for entry in self.journal.pending():
+            with self.locks.hold(entry.key):
+                try:
+                    self._drain_key(entry.key)
+                except TryAgainLater:
+                    break
+                except CniError as exc:
+                    log.error("journaled DEL of %s cannot be settled: %s", entry.key, exc)
+        return len(self.journal)
+
+    def _drain_key(self, key: PodKey) -> None:
+        """Settles one journaled DEL (lock held): the dataplane if the plugin journaled it,
+        then the record and its allocation keys, then the addresses go back to the pools."""
+        assert self.journal is not None
+        entry = self.journal.get(key)
+        if entry is None:
+            return
+        known = entry.record
+        if not entry.detached:
+            known = self.store.get_pod(self.node_id, key) or known
+            self._detach(key, entry.netns, known)
+        deleted = self.store.delete_pod(self.node_id, key, known=known)
+        gone = deleted or known
+        if gone is not None:
+            self.pools.release(gone.addresses)
+        self._forget(key)
+        self.journal.remove(key)
+        log.info("journaled DEL of %s settled", key)
+
+    def start_drainer(self, interval: float = 1.0) -> None:
+        """A background thread that settles journaled DELs while etcd comes back."""
+
+        def run() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.retry_state_dir()
+                    if self.journal is not None:
+                        self.drain_journal()
+                except Exception:  # never let the drainer die; it logs and tries again
+                    log.exception("DEL journal drain failed")
+
+        self._drainer = threading.Thread(target=run, name="del-journal", daemon=True)
+        self._drainer.start()
+
+    def retry_state_dir(self) -> None:
+        """Puts right the record copies and removes the settled journal entries a read-only or
+        full StateDir refused (each under its key's lock: a request of that key may change it)."""
+        for key in self.known.behind():
+            with self.locks.hold(key):
+                self.known.retry(key)
+        if self.journal is not None:
+            for key in self.journal.unremoved():
+                with self.locks.hold(key):
+                    self.journal.retry_remove(key)
+
+    def state_dir_problems(self) -> list[str]:
+        """What is wrong with the StateDir now, one line per part ([] when all is well)."""
+        healths = [self.known.health] + ([self.journal.health] if self.journal else [])
+        return [f"StateDir {h.directory}: {h.problem}" for h in healths if h.problem]
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)
+
+    def live_problems(self, record: PodRecord) -> list[str]:
+        """What the dataplane and the pod netns lack compared with a ready record."""
+        wiring = Wiring(**record.wiring)
+        pod = record.network()
+        return self.dataplane.check(pod, wiring) + self.pod_side.check(
+            pod, wiring.gateway_mac, wiring.pod_mac
+        )
+
+    def live_problems_many(self, records: Sequence[PodRecord]) -> list[list[str] | CniError]:
+        """`live_problems` of each record, in order, the error in place of a pod whose check
+        failed; the dataplane reads its tables once for all (reconcile: linear in the pods)."""
+        items = [(r.network(), Wiring(**r.wiring)) for r in records]
+        try:
+            host: list[list[str] | None] = list(self.dataplane.check_many(items))
+        except CniError:  # one pod's failure must not hide the others: each on its own
+            host = [None] * len(items)
+        out: list[list[str] | CniError] = []
+        for (pod, wiring), problems in zip(items, host, strict=True):
+            try:
+                if problems is None:
+                    problems = self.dataplane.check(pod, wiring)
+                out.append(problems + self.pod_side.check(pod, wiring.gateway_mac, wiring.pod_mac))
+            except CniError as exc:
+                out.append(exc)
+        return out
+
+    # ---- repair (reconcile, and after the vswitch restarted) --------------------------------
+
+    def repair(self, key: PodKey) -> list[str]:
+        """Re-creates what a live, ready attachment is missing; returns what is still wrong.
+
+        The driver first tries in place (after a VPP restart a veth survives; only VPP's side
+        is made again, the pod keeps its interface); otherwise the pod is wired from scratch
+        with its recorded addresses and MACs, pod side included. The record gets the new wiring.
+        """
+        with self.locks.hold(key):
+            current = self.store.get_pod(self.node_id, key)
+            if current is None or current.state != "ready":
+                return []
+            if self.journal is not None and self.journal.has(key):
+                return []
+            if not self.live_problems(current):
+                return []
+            if not (os.path.exists(current.netns) and netns_matches(current)):
+                return [f"netns {current.netns} is gone"]
+            pod = current.network()
+            old = Wiring(**current.wiring)
+            wiring = self.dataplane.restore(pod, old)
+            how = "in place"
+            if wiring is None:
+                how = "from scratch"
+                self.dataplane.detach(pod, old)
+                undo = UndoStack()
+                try:
+                    wired = self.dataplane.attach(pod, undo)
+                    pod_mac = self.pod_side.configure(pod, wired.gateway_mac)
+                except BaseException:
+                    undo.unwind()
+                    raise
+                wiring = Wiring(wired.host_ifname, pod_mac, wired.gateway_mac, wired.extra)
+            updated = copy.deepcopy(current)
+            updated.wiring = asdict(wiring)
+            self.store.update_pod(self.node_id, updated, current)
+            self._remember(updated)
+            log.info("repaired %s (%s)", key, how)
+            return self.live_problems(updated)
+
+    def repair_all(self) -> dict[str, list[str]]:
+        """Repairs every known attachment; returns those still damaged, with their problems."""
+        keys = [r.key for r in self.known.all()]
+        damaged: dict[str, list[str]] = {}
+        for key in keys:
+            try:
+                problems = self.repair(key)
+            except CniError as exc:
+                problems = [f"repair failed: {exc}"]
+            if problems:
+                damaged[str(key)] = problems
+        return damaged
+
+    # ---- CHECK -----------------------------------------------------------------------------
+
+    def check(self, req: CniRequest) -> PodRecord:
+        with self.locks.hold(req.key):
+            record = self.store.get_pod(self.node_id, req.key)
+            if (
+                record is None
+                or record.state != "ready"
+                or (self.journal is not None and self.journal.has(req.key))
+            ):
+                raise UnknownContainer(f"no attachment {req.key} on this node")
+            problems = self._problems(record, req)
+            if problems:
+                raise CheckFailed(f"attachment {req.key} differs from its ADD", "; ".join(problems))
+            return record
+
+    def inspect(self, key: PodKey) -> dict[str, Any] | None:
+        """The record of `key` and what its live state lacks (an operator's CHECK: the netns,
+        the dataplane and the pod side compared with the record; nothing changed), or None."""
+        with self.locks.hold(key):
+            record = self.store.get_pod(self.node_id, key)
+            if record is None:
+                return None
+            problems: list[str] = []
+            if self.journal is not None and key in self.journal:
+                problems.append("a DEL of it is pending (journaled)")
+            elif record.state != "ready":
+                problems.append(f"state is {record.state!r}: its ADD did not finish")
+            elif not (os.path.exists(record.netns) and netns_matches(record)):
+                problems.append(f"netns {record.netns} is gone")
+            else:
+                problems += self.live_problems(record)
+            return {"containerId": key.container_id, "ifname": key.ifname,
+                    "ok": not problems, "problems": problems, "record": record.to_json_dict()}
+
+    def _problems(self, record: PodRecord, req: CniRequest) -> list[str]:
+        problems: list[str] = []
+        if record.netns != req.netns:
+            problems.append(f"netns is {req.netns!r}, ADD wired {record.netns!r}")
+        elif not netns_matches(record):
+            # The pod's namespace is gone: its links are going with it (the kernel removes a
+            # dead namespace's veths asynchronously), so there is no live state to compare.
+            problems.append(f"{record.netns} is now another network namespace than ADD wired")
+            return problems + _prev_result_problems(req.config.get("prevResult"), record)
+        problems += _prev_result_problems(req.config.get("prevResult"), record)
+        return problems + self.live_problems(record)
+
+    # ---- GC --------------------------------------------------------------------------------
+
+    def gc(self, valid: Iterable[PodKey]) -> GCReport:
+        """Tears down every attachment of this node not in the runtime's valid list."""
+        keep = set(valid)
+        removed: list[str] = []
+        errors: list[str] = []
+        for record in self.store.list_pods(self.node_id):
+            if record.key in keep or (self.journal is not None and record.key in self.journal):
+                continue
+            try:
+                with self.locks.hold(record.key):
+                    current = self.store.get_pod(self.node_id, record.key)
+                    if current is not None:
+                        self.teardown(current)
+                removed.append(str(record.key))
+            except CniError as exc:
+                errors.append(f"{record.key}: {exc}")
+        return GCReport(removed, errors)
+
+    def records(self) -> list[PodRecord]:
+        return self.store.list_pods(self.node_id)
+
+
+def _key_of(record: PodRecord | None) -> PodKey | None:
+    return None if record is None else record.key
+
+
+def _prev_result_problems(prev: object, record: PodRecord) -> list[str]:
+    """CHECK's prevResult must list the addresses ADD gave this attachment."""
+    if not isinstance(prev, dict):
+        return []
+    ips = prev.get("ips", [])
+    listed = (
+        {ip.get("address") for ip in ips if isinstance(ip, dict)}
+        if isinstance(ips, list)
+        else set()
+    )
+    return [f"prevResult lacks address {a}" for a in record.addresses if a not in listed]
