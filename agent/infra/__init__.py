@@ -4,4 +4,6 @@
     metrics.py     the agent's Prometheus registry and its metrics
     failpoints.py  named places where a test can make the agent fail
     backoff.py     one retry with backoff for start-up waits (etcd, VPP)
+    loops.py       the supervised background loop every thread of the agent's runs in
+    listwatch.py   a cached list + watch with relist and diff, for any source (etcd, Kubernetes)
 """
