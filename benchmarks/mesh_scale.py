@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.model.node import local_node
-from agent.state.registry import Registry
+from agent.state.store import Store
 from benchmarks.harness import REPO
 from ipam import IPAMConfig, node_networks
 from testbed.cluster import ETCD_URL, Cluster, Node
@@ -50,16 +50,16 @@ def synthetic(node_id: int) -> dict[str, Any]:
 
 def writer() -> None:
     """Inside the fabric namespace: `put ID` / `del ID` lines -> `ok <monotonic>`."""
-    registry = Registry([ETCD_URL], PREFIX, 10.0)
+    etcd = Store([ETCD_URL], PREFIX, 10.0).etcd
     for line in sys.stdin:
         verb, first, last = [*line.split(), "", ""][:3]
         ids = range(int(first), int(last or first) + 1)
         for node_id in ids:
             key = f"{PREFIX}registry/{node_id}"
             if verb == "put":
-                registry._client.put(key, json.dumps(synthetic(node_id)))
+                etcd.put(key, json.dumps(synthetic(node_id)))
             else:
-                registry._client.delete(key)
+                etcd.delete(key)
         print(f"ok {time.monotonic()}", flush=True)
 
 

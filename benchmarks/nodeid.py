@@ -1,13 +1,12 @@
 """Figure 5: node-ID allocation, N simulated agents racing on a 3-member etcd.
 
-Each simulated agent is a thread with its own `agent.state.store.Store` (its own etcd client, as
-every
-node's agent has) calling `claim_node_id` under a unique node name. The agents are spread over a
-few worker processes (`python -m benchmarks.nodeid --worker ...`): every worker connects all its
-clients first and says "ready"; then the parent says "go" to all at once. Time to settle is from
-"go" to the last claim returning (CLOCK_MONOTONIC is one clock for all processes). Afterwards the
-parent reads the IDs back from etcd: all unique, one per agent. Each client counts its
-transactions, so lost races show up as attempts beyond one per agent.
+Each simulated agent is a thread with its own etcd client (as every node's agent has) claiming a
+node ID under a unique node name (`agent.state.id_bindings`, what `Store.claim_node_id` runs).
+The agents are spread over a few worker processes (`python -m benchmarks.nodeid --worker ...`):
+every worker connects all its clients first and says "ready"; then the parent says "go" to all at
+once. Time to settle is from "go" to the last claim returning (CLOCK_MONOTONIC is one clock for
+all processes). Afterwards the parent reads the IDs back from etcd: all unique, one per agent.
+Each client counts its transactions, so lost races show up as attempts beyond one per agent.
 """
 
 from __future__ import annotations
@@ -21,24 +20,41 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agent.state.etcd_client import EtcdClient
+from agent.state.etcd_keys import EtcdKeys
+from agent.state.id_bindings import NodeIdBindings
 from agent.state.store import Store
 from benchmarks.harness import REPO
 
 
-class CountingStore(Store):
-    """A Store that counts its compare-and-swap transactions (one per claim attempt)."""
+class CountingEtcd(EtcdClient):
+    """An etcd client that counts its compare-and-swap transactions (one per claim attempt)."""
 
     attempts = 0
 
-    def _txn(self, what: str, compare: list[Any], success: list[Any]) -> bool:
+    def txn(self, what: str, compare: list[Any], ops: list[Any]) -> bool:
         self.attempts += 1
-        return super()._txn(what, compare, success)
+        return super().txn(what, compare, ops)
+
+
+class CountingAgent:
+    """One simulated agent: the node ID part of agent/state/store (NodeIdBindings, what
+    `Store.claim_node_id` runs) on its own counting client."""
+
+    def __init__(self, endpoints: list[str], prefix: str, timeout: float) -> None:
+        self.etcd = CountingEtcd(endpoints, timeout)
+        self.keys = EtcdKeys(prefix)
+        self.ids = NodeIdBindings(self.etcd, self.keys)
+
+    @property
+    def attempts(self) -> int:
+        return self.etcd.attempts
 
 
 def worker(endpoints: list[str], prefix: str, first: int, count: int, max_id: int) -> None:
-    stores = [CountingStore(endpoints, prefix, timeout=30.0) for _ in range(count)]
+    stores = [CountingAgent(endpoints, prefix, timeout=30.0) for _ in range(count)]
     for store in stores:
-        store.ping()  # connected before the race starts
+        store.etcd.get(store.keys.ping)  # connected before the race starts
     go = threading.Event()
     results: list[dict[str, Any]] = [{} for _ in range(count)]
 
@@ -46,7 +62,7 @@ def worker(endpoints: list[str], prefix: str, first: int, count: int, max_id: in
         go.wait()
         name = f"node-{first + i:04d}"
         try:
-            node_id = stores[i].claim_node_id(name, max_id)
+            node_id = stores[i].ids.claim(name, max_id)
             results[i] = {"name": name, "id": node_id, "done": time.monotonic(),
                           "attempts": stores[i].attempts}
         except Exception as exc:
@@ -63,7 +79,7 @@ def worker(endpoints: list[str], prefix: str, first: int, count: int, max_id: in
         thread.join()
     print(json.dumps(results), flush=True)
     for store in stores:
-        store.close()
+        store.etcd.close()
 
 
 @dataclass(frozen=True)

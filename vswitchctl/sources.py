@@ -20,6 +20,7 @@ from agent.model.pod import PodRecord
 from agent.state.etcd_tls import EtcdTLS
 from agent.state.node_removal import remove_node
 from agent.state.registry import Registry
+from agent.state.store import Store
 
 
 class EtcdDown(Exception):
@@ -51,7 +52,7 @@ class Cluster:
     def __init__(self, endpoints: list[str], prefix: str, timeout: float,
                  tls: EtcdTLS | None = None) -> None:
         self.endpoints = endpoints
-        self._registry = Registry(endpoints, prefix, timeout, tls)
+        self._registry = Registry(Store(endpoints, prefix, timeout, tls))
 
     def _etcd(self, what: str, fn: Any) -> Any:
         try:
@@ -67,7 +68,7 @@ class Cluster:
     def nodes(self) -> list[Node]:
         """Every node with an ID or a registry entry, by ID."""
         entries, _ = self._etcd("node registry", self._registry.entries)
-        names: dict[str, int] = self._etcd("node IDs", self._registry.node_ids)
+        names: dict[str, int] = self._etcd("node IDs", self._registry.store.node_ids)
         by_id = {i: n for n, i in names.items()}
         out = []
         for node_id in sorted(set(by_id) | set(entries)):
@@ -84,10 +85,11 @@ class Cluster:
         raise NotFound(f"no node {name!r} in the cluster")
 
     def pods(self, node_id: int) -> list[PodRecord]:
-        return list(self._etcd("pod records", lambda: self._registry.list_pods(node_id)))
+        return list(self._etcd("pod records", lambda: self._registry.store.list_pods(node_id)))
 
     def allocations(self, node_id: int) -> dict[str, dict[str, Any]]:
-        return dict(self._etcd("allocations", lambda: self._registry.list_allocations(node_id)))
+        store = self._registry.store
+        return dict(self._etcd("allocations", lambda: store.list_allocations(node_id)))
 
     def remove_node(self, name: str, force: bool) -> int:
         return int(self._etcd("node remove", lambda: remove_node(self._registry, name, force)))

@@ -19,6 +19,7 @@ from agent.dataplane.kernel_mesh import KernelMesh
 from agent.model.errors import InvalidConfig
 from agent.model.node import NodeInfo, NodeInfoError, NoNodeIP, choose_node_ip, local_node
 from agent.state.registry import Liveness, Registry
+from agent.state.store import Store
 from ipam import NodeNetworks
 
 if TYPE_CHECKING:
@@ -76,8 +77,9 @@ class ClusterSide:
                         node_ip, networks.node_id)
         local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
                            rest_port=cfg.http_host_port[1])
-        registry = Registry(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout,
-                            cfg.etcd_tls)
+        # a store of its own: its own etcd connection (agent/state/registry)
+        registry = Registry(Store(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout,
+                                  cfg.etcd_tls))
         return cls(registry, local, MeshController(registry, local, mesh))
 
     def start(self) -> None:

@@ -31,8 +31,8 @@ def node_command(config: AgentConfig, argv: list[str]) -> int:
     rm.add_argument("--force", action="store_true", help="also when its agent is live")
     sub.add_parser("list", help="the node registry")
     args = parser.parse_args(argv)
-    registry = Registry(list(config.etcd_endpoints), config.etcd_prefix, config.etcd_timeout,
-                        config.etcd_tls)
+    registry = Registry(Store(list(config.etcd_endpoints), config.etcd_prefix,
+                              config.etcd_timeout, config.etcd_tls))
     try:
         if args.action == "list":
             entries, _ = registry.entries()

@@ -24,7 +24,7 @@ import threading
 from typing import Protocol
 
 from agent.model.errors import CniError
-from agent.state.store import Binding
+from agent.state.id_bindings import Binding
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ Keys under the agent's prefix (docs/etcd-keys.md):
                          gone within the TTL after the agent died; `node remove` refuses a node
                          whose key is there unless forced
 
-`Registry` is a `Store` on its own etcd connection: the watch stream lives beside the request
-path's channel, so the store's failover (which drops the client's stubs) never cuts the watch,
-and etcd errors are translated by the store's one `_call`.
+`Registry` holds a `Store` of its own (its own etcd connection): the watch stream lives beside
+the request path's channel, so the store's failover (which drops the client's stubs) never cuts
+the watch; etcd errors are translated by the store's client, as every other etcd call's.
 """
 
 from __future__ import annotations
@@ -20,18 +20,21 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from pyetcd import events as etcd_events
 from pyetcd import transactions as tx
 
 from agent.model.errors import CniError
 from agent.model.node import NodeInfo, NodeInfoError
-from agent.state.store import Store, dump, load
+from agent.state.etcd_client import KeyEvent
+from agent.state.etcd_client import WatchItem as KeyWatchItem
+from agent.state.etcd_keys import dump, load, prefix_end
+from agent.state.id_bindings import removal_mark
+from agent.state.store import Store
 
 log = logging.getLogger(__name__)
 
 ALIVE_TTL = 10  # seconds a dead agent's node still counts as live
+
 
 
 @dataclass(frozen=True)
@@ -46,36 +49,32 @@ class NodeEvent:
 WatchItem = list[NodeEvent] | BaseException | None  # None: the stream ended
 
 
-class Registry(Store):
-    """Publish, list, watch and remove registry entries; liveness leases."""
+class Registry:
+    """Publish, list, watch and remove registry entries; liveness leases. The registry owns
+    the store it is given: `close()` closes it."""
 
-    def _entry_key(self, node_id: int) -> str:
-        return f"{self.prefix}registry/{node_id}"
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._etcd = store.etcd
+        self._keys = store.keys
 
-    def _alive_key(self, node_id: int) -> str:
-        return f"{self.prefix}alive/{node_id}"
-
-    @property
-    def registry_prefix(self) -> str:
-        return f"{self.prefix}registry/"
+    def close(self) -> None:
+        self.store.close()
 
     # ---- entries ----------------------------------------------------------------------------
 
     def publish(self, info: NodeInfo) -> None:
-        key = self._entry_key(info.node_id)
-        value = dump(info.to_json())
-        self._call(f"publish {key}", lambda: self._client.put(key, value))
+        self._etcd.put(self._keys.entry(info.node_id), dump(info.to_json()))
 
     def entries(self) -> tuple[dict[int, NodeInfo], int]:
         """Every valid entry by node ID, and the revision the list was read at."""
-        prefix = self.registry_prefix
-        resp = self._call(f"list {prefix}", lambda: self._client.get_prefix_response(prefix))
+        kvs, revision = self._etcd.list_prefix(self._keys.registry)
         nodes: dict[int, NodeInfo] = {}
-        for kv in resp.kvs:
-            info = self._decode(kv.key.decode(), kv.value)
+        for key, raw in kvs:
+            info = self._decode(key, raw)
             if info is not None:
                 nodes[info.node_id] = info
-        return nodes, int(resp.header.revision)
+        return nodes, revision
 
     def _decode(self, key: str, raw: bytes) -> NodeInfo | None:
         """A registry value, or None (logged) when it is corrupt: one bad entry must not stop
@@ -85,7 +84,7 @@ class Registry(Store):
         except (NodeInfoError, CniError) as exc:
             log.error("ignoring registry key %s: %s", key, exc)
             return None
-        if key != self._entry_key(info.node_id):
+        if key != self._keys.entry(info.node_id):
             log.error("ignoring registry key %s: it holds node ID %d", key, info.node_id)
             return None
         return info
@@ -93,97 +92,75 @@ class Registry(Store):
     def watch(self, start_revision: int, sink: Callable[[WatchItem], None]) -> int:
         """Streams changes from `start_revision` on into `sink` (events, or the error that ended
         the stream: a compaction, a broken connection). Returns the watch ID for `cancel`."""
-        prefix = self.registry_prefix
 
-        def on_response(resp: Any) -> None:
-            if resp is None or isinstance(resp, BaseException):
-                sink(resp)
+        def on_response(item: KeyWatchItem) -> None:
+            if item is None or isinstance(item, BaseException):
+                sink(item)
                 return
-            sink([e for e in map(self._event, resp.events) if e is not None])
+            sink([e for e in map(self._event, item) if e is not None])
 
-        return int(
-            self._call(
-                f"watch {prefix}",
-                lambda: self._client.add_watch_prefix_callback(
-                    prefix, on_response, start_revision=start_revision
-                ),
-            )
-        )
+        return self._etcd.watch_prefix(self._keys.registry, start_revision, on_response)
 
-    def _event(self, event: Any) -> NodeEvent | None:
-        key = event.key.decode()
+    def _event(self, event: KeyEvent) -> NodeEvent | None:
         try:
-            node_id = int(key[len(self.registry_prefix) :])
+            node_id = int(event.key[len(self._keys.registry):])
         except ValueError:
-            log.error("ignoring registry key %s: not a node ID", key)
+            log.error("ignoring registry key %s: not a node ID", event.key)
             return None
-        revision = int(event.mod_revision)
-        if isinstance(event, etcd_events.DeleteEvent):
-            return NodeEvent(node_id, None, revision)
-        info = self._decode(key, event.value)
-        return None if info is None else NodeEvent(node_id, info, revision)
+        if event.value is None:
+            return NodeEvent(node_id, None, event.revision)
+        info = self._decode(event.key, event.value)
+        return None if info is None else NodeEvent(node_id, info, event.revision)
 
     def cancel(self, watch_id: int) -> None:
-        try:
-            self._client.cancel_watch(watch_id)
-        except Exception as exc:  # the stream is gone already: nothing to cancel
-            log.debug("cancelling watch %d: %s", watch_id, exc)
+        self._etcd.cancel_watch(watch_id)
 
     # ---- liveness ---------------------------------------------------------------------------
 
     def grant_alive(self, node_id: int, ttl: int = ALIVE_TTL) -> int:
         """A new lease with alive/<ID> on it; returns the lease ID."""
-        lease = self._call("grant lease", lambda: self._client.lease(ttl))
-        key = self._alive_key(node_id)
-        self._call(f"put {key}", lambda: self._client.put(key, b"1", lease=lease.id))
-        return int(lease.id)
+        lease = self._etcd.grant_lease(ttl)
+        self._etcd.put(self._keys.alive(node_id), b"1", lease=lease)
+        return lease
 
     def refresh_alive(self, lease_id: int) -> bool:
         """Keeps the lease alive; False when etcd no longer knows it (expired)."""
-        replies = self._call("refresh lease", lambda: list(self._client.refresh_lease(lease_id)))
-        return bool(replies) and int(replies[0].TTL) > 0
+        return self._etcd.refresh_lease(lease_id)
 
     def revoke_alive(self, lease_id: int) -> None:
         """Ends the lease at once (a clean stop): alive/<ID> goes with it."""
-        self._call("revoke lease", lambda: self._client.revoke_lease(lease_id))
+        self._etcd.revoke_lease(lease_id)
 
     def is_alive(self, node_id: int) -> bool:
-        raw, _meta = self._get(self._alive_key(node_id))
-        return raw is not None
+        return self._etcd.get(self._keys.alive(node_id))[0] is not None
 
     # ---- removal (operator) -----------------------------------------------------------------
 
     def delete_node(self, node_name: str, node_id: int, name_held: bool = True) -> bool:
         """Removes the node's entry, liveness, ID keys, pod records and allocations in one
         transaction; False when the name's ID key vanished meanwhile (a concurrent removal)."""
-        name_key = self._node_name_key(node_name)
-        pods = f"{self.prefix}pods/{node_id}/"
-        ipam = f"{self.prefix}ipam/{node_id}/"
+        keys = self._keys
+        name_key = keys.node_name(node_name)
+        pods, ipam = keys.pods(node_id), keys.allocations(node_id)
         compare = [tx.Version(name_key) > 0] if name_held else []
         ops = [
-            tx.Delete(self._entry_key(node_id)),
-            tx.Delete(self._alive_key(node_id)),
+            tx.Delete(keys.entry(node_id)),
+            tx.Delete(keys.alive(node_id)),
             tx.Delete(name_key),
-            tx.Delete(self._node_id_key(node_id)),
-            self._removal_mark(node_name, node_id),
-            tx.Delete(pods, range_end=_prefix_end(pods)),
-            tx.Delete(ipam, range_end=_prefix_end(ipam)),
+            tx.Delete(keys.node_id(node_id)),
+            removal_mark(keys, node_name, node_id),
+            tx.Delete(pods, range_end=prefix_end(pods)),
+            tx.Delete(ipam, range_end=prefix_end(ipam)),
         ]
-        return self._txn(f"remove node {node_name}", compare, ops)
+        return self._etcd.txn(f"remove node {node_name}", compare, ops)
 
     def removal_marked(self, node_name: str) -> bool:
         """Whether an operator removed the node: `delete_node` and `release_node_id` leave the
         mark in the same transaction, so an entry gone without it is data etcd lost."""
-        return self._get(self._node_removed_key(node_name))[0] is not None
+        return self.store.removal_marked(node_name)
 
     def node_id_of(self, node_name: str) -> int | None:
-        return self.node_ids().get(node_name)
-
-
-def _prefix_end(prefix: str) -> bytes:
-    raw = bytearray(prefix.encode())
-    raw[-1] += 1  # every prefix here ends in "/": the next byte is "0", never an overflow
-    return bytes(raw)
+        return self.store.node_ids().get(node_name)
 
 
 class Liveness:

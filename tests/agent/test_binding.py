@@ -9,8 +9,8 @@ and a write-back that meets an unreachable etcd is tried again at the next check
 from __future__ import annotations
 
 from agent.model.errors import TryAgainLater
+from agent.state.id_bindings import Binding
 from agent.state.id_guard import BindingGuard
-from agent.state.store import Binding
 
 
 class ScriptedStore:

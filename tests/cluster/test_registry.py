@@ -25,6 +25,7 @@ from agent.model.node import NodeInfo, local_node
 from agent.model.pod import PodRecord
 from agent.state.node_removal import RemoveRefused, remove_node
 from agent.state.registry import NodeEvent, Registry, WatchItem
+from agent.state.store import Store
 from ipam import IPAMConfig, node_networks
 from testbed.etcd import EtcdServer
 
@@ -37,7 +38,7 @@ def info(node_id: int, name: str = "") -> NodeInfo:
 
 @pytest.fixture
 def registry(etcd_endpoints: list[str]) -> Iterator[Registry]:
-    reg = Registry(etcd_endpoints, f"/reg-test-{secrets.token_hex(4)}/")
+    reg = Registry(Store(etcd_endpoints, f"/reg-test-{secrets.token_hex(4)}/"))
     yield reg
     reg.close()
 
@@ -66,7 +67,7 @@ def test_watch_from_a_compacted_revision_fails(registry: Registry) -> None:
     _, old = registry.entries()
     registry.publish(info(1, "renamed"))
     _, now = registry.entries()
-    registry._client.compact(now)
+    registry.store.etcd.compact(now)
     items: queue.Queue[WatchItem] = queue.Queue()
     try:  # etcd refuses either at creation or by cancelling the created watch
         watch_id = registry.watch(old, items.put)
@@ -80,22 +81,22 @@ def test_watch_from_a_compacted_revision_fails(registry: Registry) -> None:
 
 def test_remove_node_deletes_its_keys_only(registry: Registry) -> None:
     for name in ("a", "b"):
-        node_id = registry.claim_node_id(name, 10)
+        node_id = registry.store.claim_node_id(name, 10)
         registry.publish(info(node_id, name))
         record = PodRecord(container_id=f"c-{name}", ifname="eth0", netns="/x",
                            addresses=[f"10.1.{node_id}.2/32"], gateways=[])
-        registry.put_pod(node_id, record)
+        registry.store.put_pod(node_id, record)
     lease = registry.grant_alive(1)
     with pytest.raises(RemoveRefused, match="is live"):
         remove_node(registry, "a")
     registry.revoke_alive(lease)
     assert remove_node(registry, "a") == 1
-    assert registry.node_ids() == {"b": 2}
-    assert registry.list_pods(1) == [] and registry.list_allocations(1) == {}
-    assert len(registry.list_pods(2)) == 1 and set(registry.entries()[0]) == {2}
+    assert registry.store.node_ids() == {"b": 2}
+    assert registry.store.list_pods(1) == [] and registry.store.list_allocations(1) == {}
+    assert len(registry.store.list_pods(2)) == 1 and set(registry.entries()[0]) == {2}
     with pytest.raises(RemoveRefused, match="not in the cluster"):
         remove_node(registry, "a")
-    assert registry.claim_node_id("c", 10) == 1  # the freed ID goes to the next node
+    assert registry.store.claim_node_id("c", 10) == 1  # the freed ID goes to the next node
 
 
 class FakeMesh:
@@ -173,7 +174,7 @@ def test_controller_takes_an_etcd_wipe_for_data_loss_not_removal() -> None:
     missing entries were not removed by an operator: this node publishes itself again and keeps
     its mesh to the others until they are back (issue 15, defect 2)."""
     with EtcdServer() as etcd:
-        registry = Registry(etcd.endpoints, "/wipe-test/")
+        registry = Registry(Store(etcd.endpoints, "/wipe-test/"))
         try:
             registry.publish(info(2))
             mesh = FakeMesh({})
@@ -205,14 +206,14 @@ def test_own_entry_gone_without_a_removal_mark_is_published_again() -> None:
     wiped and written past this agent's revision by others, so the revision did not go back):
     data loss, not an operator's removal: published again, the agent keeps taking pods."""
     with EtcdServer() as etcd:
-        registry = Registry(etcd.endpoints, "/lost-entry-test/")
+        registry = Registry(Store(etcd.endpoints, "/lost-entry-test/"))
         try:
             mesh = FakeMesh({})
             controller = MeshController(registry, info(1), mesh, resync=30, retry=0.2)
             controller.start()
             try:
                 wait(lambda: 1 in _entries(registry), "this node published")
-                registry._client.delete(registry._entry_key(1))  # lost, no removal mark
+                registry.store.etcd.delete(registry.store.keys.entry(1))  # lost, no removal mark
                 wait(lambda: 1 in _entries(registry), "this node published again")
                 assert not controller.removed.is_set()
             finally:

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from agent.state.registry import Registry
+from agent.state.store import Store
 from testbed.agent import AGENT, agent_config, start_agent
 
 CASES: list[tuple[str, Any]] = [
@@ -114,7 +115,7 @@ def test_a_node_ip_no_node_can_reach_is_refused_and_not_published(
     assert f"{source} {ip}" in log, log
     assert "Traceback" not in log, log
     assert not link_exists(config["GatewayInterface"])
-    registry = Registry(etcd_endpoints, config["EtcdPrefix"], 2.0)
+    registry = Registry(Store(etcd_endpoints, config["EtcdPrefix"], 2.0))
     try:
         assert registry.entries()[0] == {}
     finally:

@@ -19,8 +19,9 @@ import pytest
 
 from agent.model.errors import InvalidConfig, TryAgainLater
 from agent.model.pod import PodRecord
+from agent.state.id_bindings import Binding
 from agent.state.node_ids import NodeIdentity, release
-from agent.state.store import Binding, Store
+from agent.state.store import Store
 from ipam import IPAMConfig
 from testbed.etcd import EtcdCluster, EtcdServer
 
@@ -241,9 +242,9 @@ def test_a_binding_lost_without_a_removal_mark_is_bound_again_though_etcd_went_f
         assert NodeIdentity(store, "a", cfg, str(tmp_path)).acquire() == 1
         assert store.bind_node_id("a", 1) == Binding()
         for key in (f"{prefix}nodes/name/a", f"{prefix}nodes/id/1"):
-            other._client.delete(key)  # what a wipe does to it, with no operator involved
+            other.etcd.delete(key)  # what a wipe does to it, with no operator involved
         for i in range(20):  # the others' writes carry the revision past this agent's
-            other._client.put(f"{prefix}elsewhere/{i}", "x")
+            other.etcd.put(f"{prefix}elsewhere/{i}", "x")
         assert store.bind_node_id("a", 1) == Binding(rewritten=True)
         assert other.node_ids() == {"a": 1}
     finally:

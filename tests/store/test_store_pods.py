@@ -31,7 +31,8 @@ from agent.model.errors import (
     UnknownContainer,
 )
 from agent.model.pod import PodKey, PodRecord
-from agent.state.store import Store, parse_endpoint
+from agent.state.etcd_client import parse_endpoint
+from agent.state.store import Store
 from testbed.etcd import EtcdServer
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -224,17 +225,17 @@ def _wait_stopped(pid: int) -> None:
 
 
 class _Counting:
-    """Counts the etcd RPCs a Store makes (every RPC goes through Store._call)."""
+    """Counts the etcd RPCs a Store makes (every RPC goes through its client's _call)."""
 
     def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
-        real = store._call
+        real = store.etcd._call
 
         def counted(what: str, fn: Callable[[], object]) -> object:
             self.calls.append(what)
             return real(what, fn)
 
-        monkeypatch.setattr(store, "_call", counted)
+        monkeypatch.setattr(store.etcd, "_call", counted)
 
     def take(self) -> list[str]:
         out, self.calls = self.calls, []

@@ -82,7 +82,7 @@ def test_with_its_client_certificate_the_store_works(
 
 def test_the_registry_watch_streams_over_tls(
         tls_etcd: EtcdServer, pki: EtcdPki, prefix: str) -> None:
-    registry = Registry(tls_etcd.endpoints, prefix, 2.0, client_tls(pki))
+    registry = Registry(Store(tls_etcd.endpoints, prefix, 2.0, client_tls(pki)))
     seen: queue.Queue[WatchItem] = queue.Queue()
     try:
         _, revision = registry.entries()

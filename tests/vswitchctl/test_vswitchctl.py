@@ -51,7 +51,7 @@ def put_orphan_allocation(cluster: Cluster, node_id: int, ip: str) -> None:
         try:
             owner = {"container_id": "ghost", "ifname": "eth0", "pod_namespace": "default",
                      "pod_name": "ghost", "since": 1.0}
-            store._client.put(f"/vswitch-cni/ipam/{node_id}/{ip}", json.dumps(owner))
+            store.etcd.put(f"/vswitch-cni/ipam/{node_id}/{ip}", json.dumps(owner))
         finally:
             store.close()
 
