@@ -12,23 +12,27 @@ Lifecycle of one remote node's mesh entry (the node ID is the key):
                               leftovers of an earlier run), what it lost is programmed again;
                               `resync_now()` (the dataplane reconnected) asks for one at once
 
-The loop: publish this node, list the registry (with its revision), diff, then follow a watch
-from that revision + 1. When the watch ends (etcd restarted, a compaction, a broken stream) or
-every `resync` seconds, it lists and diffs again; etcd errors back off up to 5 s. The dataplane
-keeps everything while etcd is away: an outage changes nothing on the wire.
+The loop is a cached list + watch of the registry (agent/infra/listwatch) in a supervised thread:
+each (re)list publishes this node the first time, then diffs the whole listing against what is
+programmed (level-triggered: failed nodes, nodes kept over an etcd wipe and anything a failed
+round missed are settled here); watch events in between change one node each; every `retry`
+seconds failed nodes are programmed again. The list+watch relists when the watch ends (etcd
+restarted, a compaction, a broken stream) and every `resync` seconds; etcd errors back off up to
+5 s. The dataplane keeps everything while etcd is away: an outage changes nothing on the wire.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agent.infra.listwatch import Change, Handler, ListWatch, Relist
+from agent.model.errors import CniError
 from agent.model.node import NodeInfo
-from agent.state.registry import NodeEvent, Registry, WatchItem
+from agent.state.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +68,8 @@ class RemoteState:
         return {"state": self.state, "reason": self.reason, "since": self.since}
 
 
-class MeshController:
-    """Registry watch -> dataplane calls, in one daemon thread."""
+class MeshController(Handler[int, NodeInfo, int]):
+    """Registry list + watch -> dataplane calls, in one supervised thread."""
 
     def __init__(
         self,
@@ -78,92 +82,50 @@ class MeshController:
         self.registry = registry
         self.local = local
         self.dataplane = dataplane
-        self.resync = resync
-        self.retry = retry
-        self._lock = threading.Lock()  # guards the dicts below against snapshot()
-        self._seen: dict[int, NodeInfo] = {}
+        self._lock = threading.Lock()  # guards _remotes against snapshot()
         self._remotes: dict[int, RemoteState] = {}
-        self._revision = 0
-        self._etcd_error = ""
-        self._stop = threading.Event()
-        self._resync = threading.Event()  # relist and prune now (the dataplane restarted)
+        self._published = False
         self.removed = threading.Event()  # this node's own entry was removed (node remove)
-        self._thread = threading.Thread(target=self._run, name="mesh", daemon=True)
+        # the registry as last seen: the cache the REST view reads
+        self.nodes: ListWatch[int, NodeInfo, int] = ListWatch(
+            "mesh", registry, [self], resync=resync, tick=retry, expected=(CniError,), log=log)
 
     def start(self) -> None:
-        self._thread.start()
+        self.nodes.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self.nodes.stop()
 
     def resync_now(self) -> None:
-        """Asks for a relist and prune within `retry` seconds instead of at the next periodic
-        one: the dataplane lost state (a restarted VPP has no tunnels), prune restores it."""
-        self._resync.set()
+        """Asks for a relist and prune now instead of at the next periodic one: the dataplane
+        lost state (a restarted VPP has no tunnels), prune restores it."""
+        self.nodes.relist_now()
 
-    # ---- the loop ---------------------------------------------------------------------------
+    # ---- the list+watch's handler -----------------------------------------------------------
 
-    def _run(self) -> None:
-        backoff = 0.2
-        published = False
-        while not self._stop.is_set():
-            try:
-                if not published:
-                    self.registry.publish(self.local)
-                    published = True
-                nodes, revision = self.registry.entries()
-                self._set_etcd_error("")
-                self._sync(nodes, revision)
-                backoff = 0.2
-                self._follow(revision)
-            except Exception as exc:  # etcd away or a bug: the mesh as programmed stays
-                self._set_etcd_error(str(exc))
-                log.warning("node registry: %s; retrying in %.1fs", exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    def _follow(self, revision: int) -> None:
-        """Applies watch events until the watch ends or a resync is due."""
-        items: queue.Queue[WatchItem] = queue.Queue()
-        watch_id = self.registry.watch(revision + 1, items.put)
-        try:
-            deadline = time.monotonic() + self.resync
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                if self._resync.is_set():
-                    self._resync.clear()
-                    return
-                try:
-                    item = items.get(timeout=self.retry)
-                except queue.Empty:
-                    self._retry_failed()
-                    continue
-                if item is None or isinstance(item, BaseException):
-                    log.warning("registry watch ended (%s): relisting", item or "stream closed")
-                    return
-                for event in item:
-                    self._apply(event)
-        finally:
-            self.registry.cancel(watch_id)
-
-    # ---- diffing ----------------------------------------------------------------------------
-
-    def _sync(self, nodes: dict[int, NodeInfo], revision: int) -> None:
-        with self._lock:
-            before, went_back = self._revision, revision < self._revision
-            self._seen = dict(nodes)
-            self._revision = revision
+    def on_relist(self, relist: Relist[int, NodeInfo, int]) -> None:
+        """A (re)list: this node published, then every listed node settled (not only the
+        diff: a failed node, or one kept over a wipe, needs it too), then the dataplane pruned."""
+        nodes = dict(relist.items)
+        went_back = relist.previous is not None and relist.revision < relist.previous
+        if relist.changes and relist.previous is not None:
+            gone = sum(1 for c in relist.changes if c.new is None)
+            log.info("node registry relisted: %d nodes added or changed, %d removed while the "
+                     "watch was away", len(relist.changes) - gone, gone)
         if went_back:
             # etcd lost data (wiped, restored from an old backup): entries missing now were
             # not removed by an operator. This node publishes itself again (agent/state/id_guard
             # re-binds its ID and pod records); the others do the same within their next
             # relist, and the one after this drops whoever did not come back.
             log.warning("node registry went back from revision %d to %d (etcd wiped or "
-                        "restored?): publishing this node again", before, revision)
+                        "restored?): publishing this node again", relist.previous, relist.revision)
             self.registry.publish(self.local)
             nodes = {**{i: s.info for i, s in self._remotes.items()}, **nodes}
-        elif self.local.node_id not in nodes:  # published before listing
+        elif not self._published:  # the first list: this node joins (the watch brings it in)
+            self.registry.publish(self.local)
+        elif self.local.node_id not in nodes:
             self._own_entry_gone()
+        self._published = True
         remotes = {i: n for i, n in nodes.items() if i != self.local.node_id}
         for node_id in [i for i in self._remotes if i not in remotes]:
             self._remove(node_id)
@@ -175,23 +137,21 @@ class MeshController:
         if removed:
             log.info("mesh: removed %d stale objects: %s", len(removed), "; ".join(removed))
 
-    def _apply(self, event: NodeEvent) -> None:
-        with self._lock:
-            self._revision = max(self._revision, event.revision)
-            if event.info is None:
-                self._seen.pop(event.node_id, None)
-            else:
-                self._seen[event.node_id] = event.info
-        if event.node_id == self.local.node_id:
-            if event.info is None:
+    def on_change(self, change: Change[int, NodeInfo]) -> None:
+        """One watch event: that node programmed, reprogrammed or removed."""
+        if change.key == self.local.node_id:
+            if change.new is None:
                 self._own_entry_gone()
             return
-        if event.info is None:
-            self._remove(event.node_id)
+        if change.new is None:
+            self._remove(change.key)
             return
-        old = self._remotes.get(event.node_id)
-        if old is None or old.info != event.info or old.state != "programmed":
-            self._program(event.info, old.info if old else None)
+        old = self._remotes.get(change.key)
+        if old is None or old.info != change.new or old.state != "programmed":
+            self._program(change.new, old.info if old else None)
+
+    def on_tick(self) -> None:
+        self._retry_failed()
 
     def _own_entry_gone(self) -> None:
         """This node's entry is gone: an operator's `node remove` (its removal mark is there),
@@ -248,17 +208,14 @@ class MeshController:
         with self._lock:
             return [s.info for s in self._remotes.values()]
 
-    def _set_etcd_error(self, text: str) -> None:
-        with self._lock:
-            self._etcd_error = text
-
     # ---- the REST view ----------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         """The registry as this agent sees it, with the programming state per remote node."""
+        seen = self.nodes.items()
         with self._lock:
             nodes = []
-            for node_id, info in sorted(self._seen.items()):
+            for node_id, info in sorted(seen.items()):
                 entry = info.to_json()
                 remote = self._remotes.get(node_id)
                 if node_id == self.local.node_id:
@@ -268,7 +225,7 @@ class MeshController:
                 nodes.append(entry)
             return {
                 "local": self.local.to_json(),
-                "revision": self._revision,
-                "registryError": self._etcd_error,
+                "revision": self.nodes.revision or 0,
+                "registryError": self.nodes.error,
                 "nodes": nodes,
             }

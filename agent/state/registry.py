@@ -12,21 +12,23 @@ Keys under the agent's prefix (docs/etcd-keys.md):
 `Registry` holds a `Store` of its own (its own etcd connection): the watch stream lives beside
 the request path's channel, so the store's failover (which drops the client's stubs) never cuts
 the watch; etcd errors are translated by the store's client, as every other etcd call's.
+
+The registry is a list+watch source (agent/infra/listwatch): `listing()` gives the valid entries
+by node ID at a revision, `watch(after)` the puts and deletes after it; a compacted revision
+ends the stream with WatchExpired, a broken connection with the client's error.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from pyetcd import transactions as tx
 
+from agent.infra.listwatch import CallbackStream, Delete, Listing, Put, WatchExpired
 from agent.model.errors import CniError
 from agent.model.node import NodeInfo, NodeInfoError
-from agent.state.etcd_client import KeyEvent
-from agent.state.etcd_client import WatchItem as KeyWatchItem
+from agent.state.etcd_client import Compacted, KeyEvent, WatchItem
 from agent.state.etcd_keys import dump, load, prefix_end
 from agent.state.id_bindings import removal_mark
 from agent.state.store import Store
@@ -35,18 +37,7 @@ log = logging.getLogger(__name__)
 
 ALIVE_TTL = 10  # seconds a dead agent's node still counts as live
 
-
-
-@dataclass(frozen=True)
-class NodeEvent:
-    """One change seen by the watch: `info` for a put, None for a delete of `node_id`."""
-
-    node_id: int
-    info: NodeInfo | None
-    revision: int
-
-
-WatchItem = list[NodeEvent] | BaseException | None  # None: the stream ended
+NodeStream = CallbackStream[int, NodeInfo, int]
 
 
 class Registry:
@@ -76,6 +67,10 @@ class Registry:
                 nodes[info.node_id] = info
         return nodes, revision
 
+    def listing(self) -> Listing[int, NodeInfo, int]:
+        nodes, revision = self.entries()
+        return Listing(nodes, revision)
+
     def _decode(self, key: str, raw: bytes) -> NodeInfo | None:
         """A registry value, or None (logged) when it is corrupt: one bad entry must not stop
         the mesh towards every other node."""
@@ -89,31 +84,38 @@ class Registry:
             return None
         return info
 
-    def watch(self, start_revision: int, sink: Callable[[WatchItem], None]) -> int:
-        """Streams changes from `start_revision` on into `sink` (events, or the error that ended
-        the stream: a compaction, a broken connection). Returns the watch ID for `cancel`."""
+    def watch(self, after: int) -> NodeStream:
+        """The changes after revision `after`, as a stream (closing it cancels the watch).
+        Raises WatchExpired when `after` is compacted away, CniError when etcd is away."""
+        stream: NodeStream = CallbackStream()
 
-        def on_response(item: KeyWatchItem) -> None:
-            if item is None or isinstance(item, BaseException):
-                sink(item)
-                return
-            sink([e for e in map(self._event, item) if e is not None])
+        def on_response(item: WatchItem) -> None:
+            if item is None:
+                stream.end()
+            elif isinstance(item, Compacted):
+                stream.end(WatchExpired(str(item)))
+            elif isinstance(item, CniError):
+                stream.end(item)
+            else:
+                stream.push(e for e in map(self._event, item) if e is not None)
 
-        return self._etcd.watch_prefix(self._keys.registry, start_revision, on_response)
+        try:
+            watch_id = self._etcd.watch_prefix(self._keys.registry, after + 1, on_response)
+        except Compacted as exc:
+            raise WatchExpired(str(exc)) from exc
+        stream.cancel = lambda: self._etcd.cancel_watch(watch_id)
+        return stream
 
-    def _event(self, event: KeyEvent) -> NodeEvent | None:
+    def _event(self, event: KeyEvent) -> Put[int, NodeInfo, int] | Delete[int, int] | None:
         try:
             node_id = int(event.key[len(self._keys.registry):])
         except ValueError:
             log.error("ignoring registry key %s: not a node ID", event.key)
             return None
         if event.value is None:
-            return NodeEvent(node_id, None, event.revision)
+            return Delete(node_id, event.revision)
         info = self._decode(event.key, event.value)
-        return None if info is None else NodeEvent(node_id, info, event.revision)
-
-    def cancel(self, watch_id: int) -> None:
-        self._etcd.cancel_watch(watch_id)
+        return None if info is None else Put(node_id, info, event.revision)
 
     # ---- liveness ---------------------------------------------------------------------------
 

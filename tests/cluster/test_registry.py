@@ -11,7 +11,6 @@ an etcd that went back in time (wiped, restored) for data loss: it publishes its
 
 from __future__ import annotations
 
-import queue
 import secrets
 import threading
 import time
@@ -20,11 +19,12 @@ from collections.abc import Iterator
 import pytest
 
 from agent.cluster.controller import MeshController
+from agent.infra.listwatch import Delete, Put, WatchEnded, WatchExpired
 from agent.model.errors import CniError
 from agent.model.node import NodeInfo, local_node
 from agent.model.pod import PodRecord
 from agent.state.node_removal import RemoveRefused, remove_node
-from agent.state.registry import NodeEvent, Registry, WatchItem
+from agent.state.registry import Registry
 from agent.state.store import Store
 from ipam import IPAMConfig, node_networks
 from testbed.etcd import EtcdServer
@@ -47,19 +47,18 @@ def test_publish_list_watch(registry: Registry) -> None:
     registry.publish(info(1))
     nodes, revision = registry.entries()
     assert nodes == {1: info(1)} and revision > 0
-    items: queue.Queue[WatchItem] = queue.Queue()
-    watch_id = registry.watch(revision + 1, items.put)
+    stream = registry.watch(revision)
     try:
         registry.publish(info(2))
         registry.delete_node("n2", 2, name_held=False)
-        seen: list[NodeEvent] = []
+        seen: list[tuple[int, NodeInfo | None]] = []
         while len(seen) < 2:
-            item = items.get(timeout=10)
-            assert isinstance(item, list), item
-            seen += item
-        assert [(e.node_id, e.info) for e in seen] == [(2, info(2)), (2, None)]
+            event = stream.next(timeout=10)
+            assert isinstance(event, Put | Delete), event
+            seen.append((event.key, event.value if isinstance(event, Put) else None))
+        assert seen == [(2, info(2)), (2, None)]
     finally:
-        registry.cancel(watch_id)
+        stream.close()
 
 
 def test_watch_from_a_compacted_revision_fails(registry: Registry) -> None:
@@ -68,15 +67,15 @@ def test_watch_from_a_compacted_revision_fails(registry: Registry) -> None:
     registry.publish(info(1, "renamed"))
     _, now = registry.entries()
     registry.store.etcd.compact(now)
-    items: queue.Queue[WatchItem] = queue.Queue()
     try:  # etcd refuses either at creation or by cancelling the created watch
-        watch_id = registry.watch(old, items.put)
-    except CniError:
+        stream = registry.watch(old - 1)  # from revision `old` on
+    except WatchExpired:
         return
     try:
-        assert isinstance(items.get(timeout=10), BaseException)
+        with pytest.raises(WatchEnded):
+            stream.next(timeout=10)
     finally:
-        registry.cancel(watch_id)
+        stream.close()
 
 
 def test_remove_node_deletes_its_keys_only(registry: Registry) -> None:

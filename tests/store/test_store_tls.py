@@ -16,17 +16,17 @@ presents a server certificate for another name):
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from agent.infra.listwatch import Put
 from agent.model.errors import EtcdTLSFailure, InvalidConfig, TryAgainLater
 from agent.model.node import NodeInfo
 from agent.model.pod import PodKey, PodRecord
 from agent.state.etcd_tls import EtcdTLS
-from agent.state.registry import Registry, WatchItem
+from agent.state.registry import Registry
 from agent.state.store import Store
 from testbed.etcd import EtcdServer, ServerTLS
 from testbed.pki import EtcdPki
@@ -83,16 +83,15 @@ def test_with_its_client_certificate_the_store_works(
 def test_the_registry_watch_streams_over_tls(
         tls_etcd: EtcdServer, pki: EtcdPki, prefix: str) -> None:
     registry = Registry(Store(tls_etcd.endpoints, prefix, 2.0, client_tls(pki)))
-    seen: queue.Queue[WatchItem] = queue.Queue()
     try:
         _, revision = registry.entries()
-        watch = registry.watch(revision + 1, seen.put)
+        watch = registry.watch(revision)
         info = NodeInfo(name="n7", node_id=7, node_ip="192.0.2.7", vxlan_ip="192.168.30.7",
                         pod_subnets=("10.1.7.0/24",), vpp_host_subnet="172.30.7.0/24")
         registry.publish(info)
-        item = seen.get(timeout=30)
-        assert isinstance(item, list) and [e.info for e in item] == [info]
-        registry.cancel(watch)
+        item = watch.next(timeout=30)
+        assert isinstance(item, Put) and item.value == info
+        watch.close()
     finally:
         registry.close()
 
