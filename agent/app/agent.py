@@ -30,12 +30,13 @@ from agent.app.config import AgentConfig
 from agent.app.wiring import make_dataplane, nat_plan
 from agent.dataplane import Dataplane
 from agent.infra.backoff import retry_unavailable
+from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
 from agent.lifecycle.pods import PodManager
 from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import ReconcileReport, reconcile
 from agent.linux import hostnat
-from agent.model.errors import Degraded, EtcdTLSFailure, NotReady, TryAgainLater
+from agent.model.errors import CniError, Degraded, EtcdTLSFailure, NotReady, TryAgainLater
 from agent.model.pod import PodKey
 from agent.state.id_guard import BindingGuard
 from agent.state.journal import DeleteJournal
@@ -75,7 +76,8 @@ class Agent:
         self._workers: futures.ThreadPoolExecutor | None = None
         self._rest: RestServer | None = None
         self._stopping = threading.Event()
-        self._watch: threading.Thread | None = None
+        self._watch: SupervisedLoop | None = None
+        self._generation = 0  # the dataplane connection's generation the pods were checked at
         self.binding: BindingGuard | None = None
         self.repair_report: dict[str, Any] = {}
         self.cluster: ClusterSide | None = None
@@ -228,35 +230,28 @@ class Agent:
     def _start_watch(self, seen: int, interval: float = 1.0) -> None:
         """Watches the vswitch: when the driver has connected to it anew (VPP restarted, or
         the connection broke), every pod is checked and repaired without restarting the agent."""
-
-        def run() -> None:
-            generation = seen
-            while not self._stopping.wait(interval):
-                assert self.dataplane is not None and self.pods is not None
-                try:
-                    if not self.dataplane.ready() or self.dataplane.generation() == generation:
-                        continue
-                    generation = self.dataplane.generation()
-                    log.warning("dataplane reconnected (generation %d): repairing pods", generation)
-                    started = time.monotonic()
-                    damaged = self.pods.repair_all()
-                    if self.cluster is not None:  # a restarted VPP lost the node mesh too
-                        self.cluster.controller.resync_now()
-                    self.repair_report = {
-                        "generation": generation,
-                        "seconds": round(time.monotonic() - started, 4),
-                        "damaged": damaged,
-                    }
-                    log.warning(
-                        "repair after reconnect: %d pods still damaged, %.2fs",
-                        len(damaged),
-                        time.monotonic() - started,
-                    )
-                except Exception:  # the watch must outlive any one failure
-                    log.exception("dataplane watch failed")
-
-        self._watch = threading.Thread(target=run, name="dataplane-watch", daemon=True)
+        self._generation = seen
+        self._watch = SupervisedLoop("dataplane-watch", self._check_dataplane, interval,
+                                     expected=(CniError,), log=log)
         self._watch.start()
+
+    def _check_dataplane(self) -> None:
+        assert self.dataplane is not None and self.pods is not None
+        if not self.dataplane.ready() or self.dataplane.generation() == self._generation:
+            return
+        self._generation = generation = self.dataplane.generation()
+        log.warning("dataplane reconnected (generation %d): repairing pods", generation)
+        started = time.monotonic()
+        damaged = self.pods.repair_all()
+        if self.cluster is not None:  # a restarted VPP lost the node mesh too
+            self.cluster.controller.resync_now()
+        self.repair_report = {
+            "generation": generation,
+            "seconds": round(time.monotonic() - started, 4),
+            "damaged": damaged,
+        }
+        log.warning("repair after reconnect: %d pods still damaged, %.2fs", len(damaged),
+                    time.monotonic() - started)
 
     def interrupt(self) -> None:
         """From a signal handler: ends waits in start() (the caller then calls stop())."""
@@ -267,7 +262,7 @@ class Agent:
         self._ready.clear()
         self._stopping.set()
         if self._watch is not None:
-            self._watch.join(timeout=10)
+            self._watch.stop()
         if self._grpc is not None:
             self._grpc.stop(grace).wait()
             self._grpc = None

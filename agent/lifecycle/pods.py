@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 
 from agent.dataplane import Dataplane, UndoStack
 from agent.infra import failpoints
+from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
 from agent.lifecycle.add_steps import PodSide, PodStore, add_steps, netns_matches
 from agent.lifecycle.locks import KeyedLocks
@@ -87,8 +87,7 @@ class PodManager:
         self.pod_side = pod_side
         self.journal = journal
         self.known = KnownRecords(records_dir)
-        self._stop = threading.Event()
-        self._drainer: threading.Thread | None = None
+        self._drainer: SupervisedLoop | None = None
         self._refusing = ""
         self._register_gauges()
 
@@ -324,19 +323,16 @@ class PodManager:
         log.info("journaled DEL of %s settled", key)
 
     def start_drainer(self, interval: float = 1.0) -> None:
-        """A background thread that settles journaled DELs while etcd comes back."""
-
-        def run() -> None:
-            while not self._stop.wait(interval):
-                try:
-                    self.retry_state_dir()
-                    if self.journal is not None:
-                        self.drain_journal()
-                except Exception:  # never let the drainer die; it logs and tries again
-                    log.exception("DEL journal drain failed")
-
-        self._drainer = threading.Thread(target=run, name="del-journal", daemon=True)
+        """A supervised loop that settles journaled DELs while etcd comes back, and puts right
+        what a misbehaving StateDir refused."""
+        self._drainer = SupervisedLoop("del-journal", self._settle, interval,
+                                       expected=(CniError,), log=log)
         self._drainer.start()
+
+    def _settle(self) -> None:
+        self.retry_state_dir()
+        if self.journal is not None:
+            self.drain_journal()
 
     def retry_state_dir(self) -> None:
         """Puts right the record copies and removes the settled journal entries a read-only or
@@ -355,9 +351,8 @@ class PodManager:
         return [f"StateDir {h.directory}: {h.problem}" for h in healths if h.problem]
 
     def stop(self) -> None:
-        self._stop.set()
         if self._drainer is not None:
-            self._drainer.join(timeout=5)
+            self._drainer.stop(timeout=5)
 
     def live_problems(self, record: PodRecord) -> list[str]:
         """What the dataplane and the pod netns lack compared with a ready record."""

@@ -20,9 +20,9 @@ the other agents' writes soon carry the new etcd past the revision this agent sa
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Protocol
 
+from agent.infra.loops import SupervisedLoop
 from agent.model.errors import CniError
 from agent.state.id_bindings import Binding
 
@@ -50,8 +50,7 @@ class BindingGuard:
         self.pods = pods
         self.lost = ""
         self._restore_pending = False  # bound again, the records not all written back yet
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop: SupervisedLoop | None = None
 
     def check(self) -> None:
         """One look; an unreachable etcd is no news (readiness reports it already)."""
@@ -101,17 +100,11 @@ class BindingGuard:
             self.pods.refuse_adds("")
 
     def start(self, interval: float = 1.0) -> None:
-        def run() -> None:
-            while not self._stop.wait(interval):
-                try:
-                    self.check()
-                except Exception:  # the guard must outlive any one failure
-                    log.exception("node ID binding check failed")
-
-        self._thread = threading.Thread(target=run, name="node-binding", daemon=True)
-        self._thread.start()
+        """Checks every `interval` seconds in a supervised loop (it outlives any failure)."""
+        self._loop = SupervisedLoop("node-binding", self.check, interval,
+                                    expected=(CniError,), log=log)
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._loop is not None:
+            self._loop.stop(timeout=5)

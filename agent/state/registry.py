@@ -21,11 +21,11 @@ ends the stream with WatchExpired, a broken connection with the client's error.
 from __future__ import annotations
 
 import logging
-import threading
 
 from pyetcd import transactions as tx
 
 from agent.infra.listwatch import CallbackStream, Delete, Listing, Put, WatchExpired
+from agent.infra.loops import SupervisedLoop
 from agent.model.errors import CniError
 from agent.model.node import NodeInfo, NodeInfoError
 from agent.state.etcd_client import Compacted, KeyEvent, WatchItem
@@ -166,34 +166,32 @@ class Registry:
 
 
 class Liveness:
-    """Keeps alive/<ID> present while this agent runs (a daemon thread; etcd outages survived:
-    an expired lease is granted anew once etcd answers again)."""
+    """Keeps alive/<ID> present while this agent runs (a supervised loop; etcd outages
+    survived: an expired lease is granted anew once etcd answers again)."""
 
     def __init__(self, registry: Registry, node_id: int, ttl: int = ALIVE_TTL) -> None:
         self.registry = registry
         self.node_id = node_id
         self.ttl = ttl
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="registry-alive", daemon=True)
         self._lease: int | None = None
+        # no backoff beyond the interval: a lease not refreshed within its TTL is gone
+        self._loop = SupervisedLoop("registry-alive", self._keep, ttl / 3, immediately=True,
+                                    backoff=(ttl / 3, ttl / 3), expected=(CniError,), log=log)
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self._lease is None or not self.registry.refresh_alive(self._lease):
-                    self._lease = self.registry.grant_alive(self.node_id, self.ttl)
-            except CniError as exc:
-                log.debug("liveness lease: %s", exc)
-                self._lease = None
-            self._stop.wait(self.ttl / 3)
+    def _keep(self) -> None:
+        try:
+            if self._lease is None or not self.registry.refresh_alive(self._lease):
+                self._lease = self.registry.grant_alive(self.node_id, self.ttl)
+        except CniError:
+            self._lease = None  # granted anew next time (it expires meanwhile, if etcd lost it)
+            raise
 
     def stop(self) -> None:
         """A clean stop ends the lease: the node may be removed right away."""
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._loop.stop(timeout=5)
         if self._lease is not None:
             try:
                 self.registry.revoke_alive(self._lease)
