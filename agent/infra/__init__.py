@@ -6,4 +6,5 @@
     backoff.py     one retry with backoff for start-up waits (etcd, VPP)
     loops.py       the supervised background loop every thread of the agent's runs in
     listwatch.py   a cached list + watch with relist and diff, for any source (etcd, Kubernetes)
+    watchstream.py what such a source gives: listings, events, watch streams and their ends
 """

@@ -1,16 +1,8 @@
 """A cached list + watch: a source's items kept in a local cache, and handlers told of changes.
 
-Generic: no etcd, no Kubernetes types. A source has two calls:
-
-    listing()      -> Listing(items by key, revision)   every item now, and the revision read at
-    watch(after)   -> WatchStream                       the changes after revision `after`
-
-and a stream has two: `next(timeout)` gives the next Put, Delete or Bookmark (None when none came
-within `timeout`), and raises when the stream is over: `WatchEnded` (closed, or ended by the
-source; `resume` says whether watching again from the last revision is enough), `WatchExpired`
-(the revision is gone: compacted, 410 Gone) or the source's own error (a broken connection).
-`close()` ends it from any thread, at once. `CallbackStream` makes a stream of a callback-style
-watch (etcd's; a thread reading a Kubernetes watch).
+Generic: no etcd, no Kubernetes types. The source (agent/infra/watchstream) gives a listing of
+its items at a revision and a stream of Put/Delete/Bookmark events after a revision, which ends
+(resume or relist), expires (compacted, 410 Gone) or breaks.
 
 `ListWatch` repeats one round in a SupervisedLoop (agent/infra/loops):
 
@@ -30,9 +22,9 @@ list, watch or handler that raises ends the round; the loop logs it once, backs 
 so handlers that must never lose a change reconcile against `Relist.items` (level-triggered),
 as the mesh controller does. `error` is the last round's failure until a list succeeds.
 
-Revisions are opaque: only passed back to `watch`, never compared (a handler that knows its
-source's revisions are ordered may compare `Relist.previous` with `Relist.revision`: the mesh
-controller takes etcd's revision going back for a wiped etcd).
+Revisions are never compared here (a handler that knows its source's revisions are ordered may
+compare `Relist.previous` with `Relist.revision`: the mesh controller takes etcd's revision
+going back for a wiped etcd).
 
 Kubernetes (the reflector to come) plugs in as one source per resource, with no change here:
 `listing()` is the LIST (items by namespace/name, revision = the list's
@@ -47,133 +39,29 @@ Its `close()` closes the response, which ends the reading thread.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from agent.infra.loops import SupervisedLoop
+from agent.infra.watchstream import (
+    Delete,
+    Event,
+    Put,
+    Source,
+    WatchEnded,
+    WatchExpired,
+    WatchStream,
+)
 
 _log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 V = TypeVar("V")
 R = TypeVar("R")
-K_co = TypeVar("K_co", covariant=True)
-V_co = TypeVar("V_co", covariant=True)
-R_co = TypeVar("R_co", covariant=True)
-
-
-# ---- what sources give ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Listing(Generic[K_co, V_co, R_co]):
-    items: Mapping[K_co, V_co]
-    revision: R_co
-
-
-@dataclass(frozen=True)
-class Put(Generic[K_co, V_co, R_co]):
-    key: K_co
-    value: V_co
-    revision: R_co
-
-
-@dataclass(frozen=True)
-class Delete(Generic[K_co, R_co]):
-    key: K_co
-    revision: R_co
-
-
-@dataclass(frozen=True)
-class Bookmark(Generic[R_co]):
-    """No change: the source has reached `revision` (a later watch may start there)."""
-
-    revision: R_co
-
-
-Event = Put[K, V, R] | Delete[K, R] | Bookmark[R]
-
-
-class WatchEnded(Exception):
-    """The watch stream is over. `resume`: watching again from the last revision is enough
-    (a Kubernetes watch's routine end); otherwise the cache is relisted."""
-
-    resume = False
-
-    def __init__(self, reason: str = "the watch stream ended", resume: bool = False) -> None:
-        super().__init__(reason)
-        self.resume = resume
-
-
-class WatchExpired(WatchEnded):
-    """The revision the watch was to start from, or had reached, is gone (etcd compacted it,
-    Kubernetes answered 410 Gone): only a relist can go on."""
-
-
-class WatchStream(Protocol[K_co, V_co, R_co]):
-    def next(self, timeout: float) -> Event[K_co, V_co, R_co] | None:
-        """The next event, None when none came within `timeout` seconds; raises when over."""
-        ...
-
-    def close(self) -> None:
-        """Ends the stream (from any thread, more than once): a blocked `next` raises now."""
-        ...
-
-
-class Source(Protocol[K_co, V_co, R]):
-    def listing(self) -> Listing[K_co, V_co, R]: ...
-
-    def watch(self, after: R) -> WatchStream[K_co, V_co, R]: ...
-
-
-class _End:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-class CallbackStream(Generic[K, V, R]):
-    """A WatchStream fed by another thread: the watch's callback calls `push` and `end`.
-    `cancel` (set once the watch exists) is called by the first `close`."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Event[K, V, R] | _End] = queue.SimpleQueue()
-        self._over: BaseException | None = None
-        self._closed = threading.Event()
-        self.cancel: Callable[[], None] = lambda: None
-
-    def push(self, events: Iterable[Event[K, V, R]]) -> None:
-        for event in events:
-            self._queue.put(event)
-
-    def end(self, error: BaseException | None = None) -> None:
-        """The source ended the stream (`error`: why; None: it just closed)."""
-        self._queue.put(_End(error if error is not None else WatchEnded()))
-
-    def next(self, timeout: float) -> Event[K, V, R] | None:
-        if self._over is not None:
-            raise self._over
-        try:
-            item = self._queue.get(timeout=max(timeout, 0.0))
-        except queue.Empty:
-            return None
-        if isinstance(item, _End):
-            self._over = item.error
-            raise item.error
-        return item
-
-    def close(self) -> None:
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        try:
-            self.cancel()
-        finally:
-            self._queue.put(_End(WatchEnded("closed")))
 
 
 # ---- what handlers get ---------------------------------------------------------------------

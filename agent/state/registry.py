@@ -24,8 +24,8 @@ import logging
 
 from pyetcd import transactions as tx
 
-from agent.infra.listwatch import CallbackStream, Delete, Listing, Put, WatchExpired
 from agent.infra.loops import SupervisedLoop
+from agent.infra.watchstream import CallbackStream, Delete, Listing, Put, WatchExpired
 from agent.model.errors import CniError
 from agent.model.node import NodeInfo, NodeInfoError
 from agent.state.etcd_client import Compacted, KeyEvent, WatchItem

@@ -1,4 +1,4 @@
-"""The cached list + watch (agent/infra/listwatch) against an in-memory source, in virtual time.
+"""The cached list + watch (agent/infra/listwatch) on an in-memory source, in virtual time.
 
 The fake source has etcd's semantics: every write is a revision, a watch replays the history
 after its start revision (refused below the compacted one) and then follows live writes, a
@@ -25,17 +25,14 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.infra.listwatch import (
+from agent.infra.listwatch import Change, Handler, ListWatch, Relist
+from agent.infra.watchstream import (
     Bookmark,
     CallbackStream,
-    Change,
     Delete,
     Event,
-    Handler,
     Listing,
-    ListWatch,
     Put,
-    Relist,
     WatchEnded,
     WatchExpired,
 )

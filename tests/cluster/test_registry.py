@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent.cluster.controller import MeshController
-from agent.infra.listwatch import Delete, Put, WatchEnded, WatchExpired
+from agent.infra.watchstream import Delete, Put, WatchEnded, WatchExpired
 from agent.model.errors import CniError
 from agent.model.node import NodeInfo, local_node
 from agent.model.pod import PodRecord

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.infra.listwatch import Put
+from agent.infra.watchstream import Put
 from agent.model.errors import EtcdTLSFailure, InvalidConfig, TryAgainLater
 from agent.model.node import NodeInfo
 from agent.model.pod import PodKey, PodRecord
