@@ -30,11 +30,19 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent.infra.listwatch import Change, Handler, ListWatch, Relist
+from agent.infra.watchstream import Source
 from agent.model.errors import CniError
 from agent.model.node import NodeInfo
-from agent.state.registry import Registry
 
 log = logging.getLogger(__name__)
+
+
+class NodeRegistry(Source[int, NodeInfo, int], Protocol):
+    """The node registry as the controller uses it (agent/state/registry.Registry): a list +
+    watch source of the entries by node ID, where this node publishes its own."""
+
+    def publish(self, info: NodeInfo) -> None: ...
+    def removal_marked(self, node_name: str) -> bool: ...
 
 
 class MeshDataplane(Protocol):
@@ -73,7 +81,7 @@ class MeshController(Handler[int, NodeInfo, int]):
 
     def __init__(
         self,
-        registry: Registry,
+        registry: NodeRegistry,
         local: NodeInfo,
         dataplane: MeshDataplane,
         resync: float = 30.0,
