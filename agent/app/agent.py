@@ -236,6 +236,8 @@ class Agent:
         self._watch.start()
 
     def _check_dataplane(self) -> None:
+        """One look: a new connection generation means the vswitch lost its state (VPP
+        restarted): every pod is repaired, and the mesh relisted."""
         assert self.dataplane is not None and self.pods is not None
         if not self.dataplane.ready() or self.dataplane.generation() == self._generation:
             return
