@@ -31,6 +31,7 @@ from agent.cluster.side import ClusterSide
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
 from agent.errors import Degraded, NotReady, TryAgainLater
+from agent.httpd import Limits
 from agent.journal import DeleteJournal
 from agent.metrics import Metrics
 from agent.model import PodKey
@@ -193,9 +194,10 @@ class Agent:
             raise StartupError(f"the {dataplane.name} dataplane is not reachable: {exc}") from exc
 
     def _listen(self) -> RestServer:
-        address = self.config.http_host_port
+        cfg = self.config
+        limits = Limits(cfg.http_workers, cfg.http_max_connections, cfg.http_header_timeout)
         try:
-            rest = RestServer(address, self)
+            rest = RestServer(cfg.rest_binds, self, limits)
         except OSError as exc:
             raise StartupError(f"cannot serve REST on HTTPAddress {self.config.http_address}: "
                                f"{exc.strerror or exc}") from exc
