@@ -31,6 +31,7 @@ from agent.cluster.side import ClusterSide
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
 from agent.errors import Degraded, NotReady, TryAgainLater
+from agent.health import PROBE_INTERVAL, Probe
 from agent.httpd import Limits
 from agent.journal import DeleteJournal
 from agent.metrics import Metrics
@@ -63,6 +64,12 @@ class Agent:
         self.config = config
         self.metrics = Metrics()
         self.store = Store(list(config.etcd_endpoints), config.etcd_prefix, config.etcd_timeout)
+        # REST's views and the etcd probe use a client of their own: no REST client's request
+        # ever shares the connection (or waits behind the calls) of the CNI path.
+        self.view_store = Store(list(config.etcd_endpoints), config.etcd_prefix,
+                                config.etcd_timeout)
+        self.etcd_probe = Probe("etcd", self.view_store.ping)
+        self.dataplane_probe: Probe | None = None
         self.node_id = 0
         self.networks: NodeNetworks | None = None
         self.pods: PodManager | None = None
@@ -90,6 +97,7 @@ class Agent:
         # means this one must touch nothing, least of all reconcile the other's pods.
         prepare_socket(cfg.cni_socket)
         self._rest = self._listen()
+        self.etcd_probe.start()
         self._phase = "starting: waiting for etcd"
         self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam, cfg.state_dir).acquire(
             wait=STARTUP_WAIT, stopping=self._stopping
@@ -108,6 +116,8 @@ class Agent:
         self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
         self._phase = f"starting: setting up the {cfg.dataplane} dataplane"
         self._start_dataplane(self.dataplane)
+        self.dataplane_probe = Probe("dataplane", self.dataplane.ready)
+        self.dataplane_probe.start()
         try:
             hostnat.apply(hostnat.plan_for(cfg))
         except hostnat.NftError as exc:
@@ -131,6 +141,9 @@ class Agent:
         self.metrics.gauge("vswitch_cni_busy_workers", "CNI requests being served now.",
                            lambda: float(self._busy()))
         self._serve_cni(self._service)
+        # Fresh answers before the first ready: the probes' last ones may predate the wait.
+        self.etcd_probe.refresh()
+        self.dataplane_probe.refresh()
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
 
@@ -154,21 +167,20 @@ class Agent:
                        ("family", "subnet"), _pool_reader(pools, key))
         m.labelled("vswitch_cni_reconcile_pods", "Outcome of the start-up reconcile per pod.",
                    ("result",), lambda: reconcile_counts(self.report))
-        m.gauge("vswitch_cni_etcd_up", "1 when etcd answers (checked at scrape time).",
-                self._etcd_up)
-        m.labelled("vswitch_cni_dataplane_up", "1 when the vswitch answers (VPP connected).",
+        # Both from the probes' last answer: a scrape never waits on etcd or the vswitch.
+        m.gauge("vswitch_cni_etcd_up", "1 when etcd answered the agent's last probe (every "
+                f"{PROBE_INTERVAL:g} s).", lambda: float(self.etcd_probe.up))
+        m.labelled("vswitch_cni_dataplane_up", "1 when the vswitch answered the agent's last "
+                   f"probe (every {PROBE_INTERVAL:g} s; VPP: connected and answering).",
                    ("dataplane",), lambda: [((self.config.dataplane,),
-                                             float(bool(self.dataplane and
-                                                        self.dataplane.ready())))])
+                                             float(self._dataplane_up()[0]))])
         m.labelled("vswitch_cni_mesh_nodes", "Remote nodes by mesh state.", ("state",),
                    self._mesh_counts)
 
-    def _etcd_up(self) -> float:
-        try:
-            self.store.ping()
-        except Exception:
-            return 0.0
-        return 1.0
+    def _dataplane_up(self) -> tuple[bool, str]:
+        if self.dataplane_probe is None:
+            return False, "not started"
+        return self.dataplane_probe.state()
 
     def _mesh_counts(self) -> list[tuple[tuple[str], float]]:
         counts = dict.fromkeys(("programmed", "failed", "pending"), 0)
@@ -276,6 +288,9 @@ class Agent:
                 os.unlink(self.config.cni_socket)
         if self._rest is not None:
             self._rest.stop()
+        self.etcd_probe.stop()
+        if self.dataplane_probe is not None:
+            self.dataplane_probe.stop()
         if self.cluster is not None:
             self.cluster.stop()
         if self.binding is not None:
@@ -285,6 +300,7 @@ class Agent:
         if self.dataplane is not None:
             self.dataplane.close()
         self.store.close()
+        self.view_store.close()
 
     # ---- health ----------------------------------------------------------------------------
 
@@ -301,18 +317,20 @@ class Agent:
             )
 
     def ready(self) -> tuple[bool, str]:
+        """Reads state only (the probes' last answers, flags, counters): /readiness and CNI
+        STATUS never wait on etcd or the vswitch, however often they are asked."""
         if not self._ready.is_set():
             return False, "stopping" if self._stopping.is_set() else self._phase
-        try:
-            self.store.ping()
-        except Exception as exc:
-            return False, f"etcd unreachable: {exc}"
+        etcd_up, etcd_reason = self.etcd_probe.state()
+        if not etcd_up:
+            return False, f"etcd unreachable: {etcd_reason}"
         if self.cluster is not None and self.cluster.removed():
             return False, "this node was removed from the cluster (node remove): restart its agent"
         if self.binding is not None and self.binding.lost:
             return False, self.binding.lost
-        if self.dataplane is None or not self.dataplane.ready():
-            return False, f"dataplane {self.config.dataplane} not ready"
+        dataplane_up, dataplane_reason = self._dataplane_up()
+        if not dataplane_up:
+            return False, f"dataplane {self.config.dataplane} not ready: {dataplane_reason}"
         if self.pods is not None and self.pods.pools.exhausted():
             return False, "pod subnet exhausted"
         if self._service is not None and self._service.saturated():
@@ -339,12 +357,16 @@ class Agent:
     def ipam_config(self) -> IPAMConfig:
         return self.config.ipam
 
+    # The two views read etcd (they show what etcd records, leaks included) through the REST
+    # side's own client, in agent/httpd's slow lane: one at a time, a few a second.
+
     def allocations(self) -> dict[str, dict[str, Any]]:
         self._started()
-        return self.store.list_allocations(self.node_id)
+        return self.view_store.list_allocations(self.node_id)
 
     def pod_records(self) -> list[dict[str, Any]]:
-        return [r.to_json_dict() for r in self._started().records()]
+        self._started()
+        return [r.to_json_dict() for r in self.view_store.list_pods(self.node_id)]
 
     def pool_usage(self) -> list[dict[str, object]]:
         return self._started().pools.usage()
@@ -365,7 +387,9 @@ class Agent:
         return self.cluster.snapshot()
 
     def check_pod(self, container_id: str, ifname: str) -> dict[str, Any] | None:
-        """A live CHECK of one attachment for operators (read-only: nothing is repaired)."""
+        """A live CHECK of one attachment for operators (read-only: nothing is repaired). It
+        holds that one attachment's lock while it reads etcd and the dataplane (never half an
+        ADD or DEL); the slow lane runs one at a time, a few a second."""
         return self._started().inspect(PodKey(container_id, ifname))
 
     def last_reconcile(self) -> dict[str, Any]:
