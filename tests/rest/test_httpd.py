@@ -9,23 +9,27 @@ Test plan:
   requests are answered in order; a request announcing a body is answered and its connection
   closed; a half-closed client still gets its reply.
 - lanes: a slow-lane request that hangs never holds up the fast lane; the slow lane's rate.
+- CPU: clients as fast as they can go get no more of the CPU than REST's budget.
 - aborted connections: resets write nothing to stderr, and at most one log line a second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
+from pathlib import Path
 from typing import BinaryIO
 
 import pytest
 
-from agent.httpd import MAX_HEAD, HttpServer, Limits, Rate, Response
+from agent.httpd import CPU_BURST, MAX_HEAD, Bucket, HttpServer, Limits, Response
 
 OK = Response(HTTPStatus.OK, "text/plain", b"ok\n")
 
@@ -267,16 +271,61 @@ def test_a_hung_slow_request_never_holds_up_the_fast_lane(
         assert read_reply(slow)[0] == 200
 
 
-def test_the_slow_lane_rate() -> None:
+def test_the_bucket_behind_the_slow_lane_and_the_cpu_budget() -> None:
     now = [0.0]
-    rate = Rate(5.0, clock=lambda: now[0])
-    assert [rate.delay() for _ in range(5)] == [0.0] * 5  # the burst
-    assert rate.delay() == pytest.approx(0.2)
+    rate = Bucket(5.0, 5.0, clock=lambda: now[0])
+    assert [rate.take() for _ in range(5)] == [0.0] * 5  # the burst
+    assert rate.take() == pytest.approx(0.2)
     now[0] = 0.2  # the caller waited its delay
-    assert rate.delay() == pytest.approx(0.2)
+    assert rate.take() == pytest.approx(0.2)
     now[0] = 10.0  # idle for long: a burst again, never more
-    assert [rate.delay() for _ in range(5)] == [0.0] * 5
-    assert rate.delay() > 0
+    assert [rate.take() for _ in range(5)] == [0.0] * 5
+    assert rate.take() > 0
+    cpu = Bucket(0.25, 0.25, clock=lambda: now[0])
+    assert cpu.take(0.0) == 0.0
+    cpu.take(0.75)  # a burst of work: half a second of CPU in debt
+    assert cpu.take(0.0) == pytest.approx(2.0)  # at a quarter of a core, 2 s to pay back
+
+
+def test_rest_uses_at_most_its_cpu_share(handler: Handler, servers: list[HttpServer]) -> None:
+    """Clients as fast as they can go: the server's threads get through no more CPU than the
+    budget grants (a tenth of a core here, plus the burst), however many requests wait. Without
+    the budget they take several times that (the clients here share the process's GIL)."""
+    share = 0.1
+    server = serve(handler, cpu_share=share)
+    servers.append(server)
+    stop = threading.Event()
+
+    def hammer() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError, AssertionError), connect(server) as sock:
+                get(sock, "/")
+
+    cpu_before = rest_cpu()
+    started = time.monotonic()
+    clients = [threading.Thread(target=hammer) for _ in range(8)]
+    for client in clients:
+        client.start()
+    time.sleep(4)
+    stop.set()
+    for client in clients:
+        client.join()
+    used, elapsed = rest_cpu() - cpu_before, time.monotonic() - started
+    # the budget, and half again for what the threads do outside the charged work (waking up,
+    # taking a job) and /proc's tick sampling
+    assert used <= 1.5 * (share * elapsed + CPU_BURST), (used, elapsed)
+
+
+def rest_cpu() -> float:
+    """CPU seconds of this process's REST threads (rest-loop, rest-worker-*, rest-slow)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    total = 0.0
+    for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+        if names.get(int(tid), "").startswith("rest-"):
+            fields = Path(f"/proc/{os.getpid()}/task/{tid}/stat").read_text().rsplit(")", 1)
+            values = fields[1].split()
+            total += (int(values[11]) + int(values[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 # ---- aborted connections --------------------------------------------------------------------

@@ -1,67 +1,46 @@
-"""A small bounded HTTP/1.1 server for the agent's read-only REST endpoint (agent/rest).
-
-Why not the stdlib's ThreadingHTTPServer: it starts one thread per connection with no cap, waits
-30 s for a silent client, and socketserver prints each aborted connection's traceback to stderr
-(issue #23: 4000 slow connections made 3,900 threads; 3 resets wrote 75 raw lines into the JSON
-log). Here what a client can cost is fixed in advance:
-
-- one event-loop thread (selectors, non-blocking sockets) accepts, reads request heads and
-  writes replies: a slow or silent client costs a buffer and a file descriptor, never a thread;
-- at most `max_connections` connections; one more is answered a best-effort 503 and closed at
-  once (the listen backlog stays drained, so nobody piles up in the kernel either);
-- a request head must be complete within `header_timeout` of the connection becoming idle
-  (accepted, or its last reply written), and a reply must be taken within the same time:
-  slowloris clients and clients that never read are dropped. A head is at most MAX_HEAD bytes
-  (414 when the request line alone is longer, else 431) and at most 100 header fields (431);
-- `workers` threads, started once, turn complete heads into replies: the route handler is the
-  only code that runs there, so nothing a client does on the wire holds a worker;
-- requests for the few routes that wait on something outside the process (`slow(target)`:
-  agent/rest's etcd reads and live check) have a lane of their own, one thread taking at most
-  SLOW_RATE of them a second: they can neither hold up /liveness, /readiness and /metrics nor
-  turn a flood into load on etcd or the dataplane;
-- a reset or aborted connection is one DEBUG line at most, and at most one such line a second
-  (with the count of the others): a client cannot flood the log, and nothing goes to stderr.
-"""
+"""The bounded server: one event loop, a fixed pool of workers, a slow lane (see the package's
+docstring for the bounds and why)."""
 
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import errno
-import http.client
-import io
-import json
 import logging
 import queue
 import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
-log = logging.getLogger(__name__)
+from agent.httpd.budget import Bucket, Throttled
+from agent.httpd.wire import (
+    MAX_HEAD,
+    BadRequest,
+    Response,
+    error_response,
+    head_end,
+    parse_head,
+    render,
+    request_target,
+)
 
-MAX_HEAD = 8192  # bytes of request line + header fields (Apache's LimitRequestLine is 8190)
-MAX_HEADERS = 100  # header fields (http.client's own limit)
-SERVER = "vswitch-agent"
-JSON_TYPE = "application/json"
+log = logging.getLogger("agent.httpd")
+
 _LINGER = 2.0  # seconds an error reply's connection is drained before closing (see _linger)
 _LINGER_BYTES = 1 << 20  # ... and at most this much of the client's unread request discarded
 _ACCEPT_BATCH = 64  # connections accepted per loop turn: the loop keeps serving the others
 _ACCEPT_PAUSE = 0.1  # seconds a listener is not watched after accept() failed (EMFILE)
 _ABORTED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, TimeoutError)
 SLOW_RATE = 5.0  # slow-lane requests a second (a burst of as many first): an operator's pace
-
-
-@dataclass(frozen=True)
-class Response:
-    status: HTTPStatus
-    content_type: str
-    body: bytes
-    headers: Mapping[str, str] = field(default_factory=dict)
-
+# The share of one core that all REST threads together may use, over time (a burst of CPU_BURST
+# CPU-seconds first). The agent is one Python process: a REST thread that runs holds the GIL the
+# CNI threads need, so without a budget a flood of cheap requests slows every ADD. Beyond it,
+# REST pauses (its clients wait in the kernel's queues) and the CNI path keeps the CPU.
+CPU_SHARE = 0.25
+CPU_BURST = 0.25
 
 Handler = Callable[[str, str], Response]  # (method, request target) -> the reply; never raises
 Job = tuple["_Conn", bytes] | None  # a connection and its request head; None: the worker ends
@@ -74,92 +53,7 @@ class Limits:
     workers: int = 4
     max_connections: int = 64
     header_timeout: float = 5.0
-
-
-def error_response(status: HTTPStatus, message: str,
-                   headers: Mapping[str, str] | None = None) -> Response:
-    """The documented error shape, {"error": "..."}, for every refusal."""
-    body = json.dumps({"error": message}, indent=2, sort_keys=True).encode() + b"\n"
-    return Response(status, JSON_TYPE, body, dict(headers or {}))
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    target: str
-    keep_alive: bool
-
-
-class BadRequest(Exception):
-    """A head this server refuses; the reply is `status` and the connection is closed."""
-
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def parse_head(head: bytes) -> Request:
-    """A complete request head (up to, without, the blank line) -> Request, or BadRequest."""
-    line, _, rest = head.partition(b"\n")
-    words = line.rstrip(b"\r").decode("iso-8859-1").split()
-    if len(words) != 3:
-        raise BadRequest(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({_cut(words)})")
-    method, target, version = words
-    if version not in ("HTTP/1.0", "HTTP/1.1"):
-        raise BadRequest(HTTPStatus.BAD_REQUEST, f"Bad request version ({version[:20]!r})")
-    try:
-        headers = http.client.parse_headers(io.BytesIO(rest + b"\r\n"))
-    except http.client.HTTPException as exc:  # more than 100 fields, or one line too long
-        raise BadRequest(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, str(exc)) from exc
-    connection = {t.strip().lower() for t in headers.get("Connection", "").split(",")}
-    keep_alive = "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
-    # Bodies are never read here (every route is a GET): a request that announces one would
-    # leave its body where the next request's head is expected, so its connection ends.
-    if headers.get("Transfer-Encoding") or headers.get("Content-Length", "0").strip() != "0":
-        keep_alive = False
-    return Request(method, target, keep_alive)
-
-
-def _cut(words: Sequence[str]) -> str:
-    text = " ".join(words)
-    return repr(text if len(text) <= 80 else text[:75] + "...")
-
-
-def render(response: Response, keep_alive: bool) -> bytes:
-    """Status line, headers and body in one buffer: one write, so Nagle never holds a part."""
-    lines = [
-        f"HTTP/1.1 {response.status.value} {response.status.phrase}",
-        f"Server: {SERVER}",
-        f"Date: {email.utils.formatdate(usegmt=True)}",
-        f"Content-Type: {response.content_type}",
-        f"Content-Length: {len(response.body)}",
-        "Cache-Control: no-store",
-        *(f"{name}: {value}" for name, value in response.headers.items()),
-    ]
-    if not keep_alive:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body
-
-
-class _Throttled:
-    """One line per `every` seconds at most (DEBUG unless told), counting the events it left
-    out. Only the loop thread calls it: no lock."""
-
-    def __init__(self, what: str, every: float = 1.0, level: int = logging.DEBUG) -> None:
-        self.what = what
-        self.every = every
-        self.level = level
-        self._last = -every
-        self._left_out = 0
-
-    def note(self, detail: str, exc_info: bool = False) -> None:
-        now = time.monotonic()
-        if now - self._last < self.every:
-            self._left_out += 1
-            return
-        more = f" ({self._left_out} more since the last such line)" if self._left_out else ""
-        log.log(self.level, "REST: %s: %s%s", self.what, detail, more, exc_info=exc_info)
-        self._last, self._left_out = now, 0
+    cpu_share: float = CPU_SHARE
 
 
 @dataclass(eq=False)
@@ -200,15 +94,16 @@ class HttpServer:
         self._paused: dict[socket.socket, float] = {}  # listeners not watched until then
         self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._slow_jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
-        self._slow_rate = Rate(SLOW_RATE)
+        self._slow_rate = Bucket(SLOW_RATE, SLOW_RATE)
+        self._cpu = Bucket(self.limits.cpu_share, CPU_BURST)
         self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._aborted = _Throttled("connection aborted by the client")
-        self._refused_log = _Throttled("connection refused at the cap")
-        self._expired = _Throttled("connection closed at the header timeout")
-        self._dropped = _Throttled("connection dropped")
-        self._failed = _Throttled("event loop failure", level=logging.ERROR)
+        self._aborted = Throttled("connection aborted by the client")
+        self._refused_log = Throttled("connection refused at the cap")
+        self._expired = Throttled("connection closed at the header timeout")
+        self._dropped = Throttled("connection dropped")
+        self._failed = Throttled("event loop failure", level=logging.ERROR)
         self.refused = 0  # connections closed at once at the cap (for tests and benchmarks)
 
     @property
@@ -236,7 +131,7 @@ class HttpServer:
             self._jobs.put(None)
         self._slow_jobs.put(None)
         for thread in self._threads:
-            thread.join(timeout=10)  # a worker in a hung handler is a daemon: not waited for
+            thread.join(timeout=2)  # a worker in a hung handler (etcd stopped) is a daemon
         self._threads = []
         for conn in list(self._conns):
             self._close(conn)
@@ -248,25 +143,40 @@ class HttpServer:
 
     # ---- workers ---------------------------------------------------------------------------
 
-    def _work(self, jobs: queue.SimpleQueue[Job], rate: Rate | None) -> None:
+    def _work(self, jobs: queue.SimpleQueue[Job], rate: Bucket | None) -> None:
         while (job := jobs.get()) is not None:
             conn, head = job
             if rate is not None:
-                self._stopping.wait(rate.delay())
-            try:
-                request = parse_head(head)
-                keep_alive = request.keep_alive
-                data = render(self._handler(request.method, request.target), keep_alive)
-            except BadRequest as exc:
-                keep_alive = False
-                data = render(error_response(exc.status, str(exc)), False)
-            except Exception as exc:  # the handler never raises; a bug here must not kill us
-                log.exception("REST: a request failed")
-                keep_alive = False
-                data = render(error_response(HTTPStatus.INTERNAL_SERVER_ERROR,
-                                             f"{type(exc).__name__}: {exc}"), False)
-            self._done.put((conn, data, keep_alive))
-            self._wake()
+                self._stopping.wait(rate.take())
+            with self._cpu_charged():
+                self._answer(conn, head)
+
+    @contextlib.contextmanager
+    def _cpu_charged(self) -> Iterator[None]:
+        """Waits while REST's CPU budget is spent, then charges the block's CPU time to it (the
+        thread's own: time spent waiting, for the GIL too, is not counted)."""
+        self._stopping.wait(min(self._cpu.take(0.0), 1.0))
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            self._cpu.take(time.thread_time() - started)
+
+    def _answer(self, conn: _Conn, head: bytes) -> None:
+        try:
+            request = parse_head(head)
+            keep_alive = request.keep_alive
+            data = render(self._handler(request.method, request.target), keep_alive)
+        except BadRequest as exc:
+            keep_alive = False
+            data = render(error_response(exc.status, str(exc)), False)
+        except Exception as exc:  # the handler never raises; a bug here must not kill us
+            log.exception("REST: a request failed")
+            keep_alive = False
+            data = render(error_response(HTTPStatus.INTERNAL_SERVER_ERROR,
+                                         f"{type(exc).__name__}: {exc}"), False)
+        self._done.put((conn, data, keep_alive))
+        self._wake()
 
     def _wake(self) -> None:
         # OSError: the pipe is full (the loop wakes anyway) or closed (stopping)
@@ -278,7 +188,8 @@ class HttpServer:
     def _loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                self._turn()
+                with self._cpu_charged():
+                    self._turn()
             except Exception:  # the loop must outlive any one failure (a bug: logged, throttled)
                 self._failed.note("going on", exc_info=True)
                 time.sleep(0.01)
@@ -362,13 +273,13 @@ class HttpServer:
     def _next_request(self, conn: _Conn) -> None:
         """Hands a complete head to the workers, refuses one too long, or waits for more. The
         buffer holds at most MAX_HEAD plus one read."""
-        end, sep_len = _head_end(conn.inbuf)
+        end, sep_len = head_end(conn.inbuf)
         if 0 <= end <= MAX_HEAD:
             head = bytes(conn.inbuf[:end])
             del conn.inbuf[:end + sep_len]
             conn.state = "working"
             self._watch(conn, 0)
-            (self._slow_jobs if self._slow(_target(head)) else self._jobs).put((conn, head))
+            (self._slow_jobs if self._slow(request_target(head)) else self._jobs).put((conn, head))
         elif end > MAX_HEAD or len(conn.inbuf) > MAX_HEAD:
             line_done = 0 <= conn.inbuf.find(b"\n") <= MAX_HEAD
             status = (HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE if line_done
@@ -469,43 +380,6 @@ class HttpServer:
             self._selector.unregister(conn.sock)
             conn.mask = 0
         conn.sock.close()
-
-
-class Rate:
-    """A token bucket: `per_second` a second, a burst of as many. `delay()` takes one token and
-    says how long to wait for it (the caller waits: the slow lane's one thread)."""
-
-    def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_second = per_second
-        self._clock = clock
-        self._tokens = per_second
-        self._at = clock()
-        self._lock = threading.Lock()
-
-    def delay(self) -> float:
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(self.per_second,
-                               self._tokens + (now - self._at) * self.per_second)
-            self._at = now
-            self._tokens -= 1.0
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.per_second
-
-
-def _target(head: bytes) -> str:
-    """The request target of a head, cheaply (the lane choice); "" when there is none."""
-    words = head.split(b"\r\n", 1)[0].split(b"\n", 1)[0].split()
-    return words[1].decode("iso-8859-1") if len(words) == 3 else ""
-
-
-def _head_end(buf: bytearray) -> tuple[int, int]:
-    """Where the head ends and the separator's length; (-1, 0) while incomplete. Bare LF line
-    ends are accepted as http.server accepted them."""
-    crlf = buf.find(b"\r\n\r\n")
-    lf = buf.find(b"\n\n")
-    if lf >= 0 and (crlf < 0 or lf < crlf):
-        return lf, 2
-    return (crlf, 4) if crlf >= 0 else (-1, 0)
 
 
 def _listen(host: str, port: int) -> socket.socket:
