@@ -17,8 +17,9 @@ log). Here what a client can cost is fixed in advance:
   only code that runs there, so nothing a client does on the wire holds a worker;
 - requests for the few routes that wait on something outside the process (`slow(target)`:
   agent/rest's etcd reads and live check) have a lane of their own, one thread taking at most
-  SLOW_RATE of them a second: they can neither hold up /liveness, /readiness and /metrics nor
-  turn a flood into load on etcd or the dataplane;
+  SLOW_RATE of them a second, at most SLOW_QUEUE waiting (more: 503 at once): they can neither
+  hold up /liveness, /readiness and /metrics, nor hold connections without a deadline, nor turn
+  a flood into load on etcd or the dataplane;
 - all REST threads together use at most CPU_SHARE of one core over time (a token bucket of
   CPU seconds; each thread charges its own thread time): the agent is one Python process, and a
   REST thread that runs holds the GIL the CNI threads need, so a flood slows REST, not ADDs;

@@ -35,11 +35,14 @@ _ACCEPT_BATCH = 64  # connections accepted per loop turn: the loop keeps serving
 _ACCEPT_PAUSE = 0.1  # seconds a listener is not watched after accept() failed (EMFILE)
 _ABORTED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, TimeoutError)
 SLOW_RATE = 5.0  # slow-lane requests a second (a burst of as many first): an operator's pace
+SLOW_QUEUE = 8  # slow-lane requests waiting or served at once; more are answered 503 at once
 # The share of one core that all REST threads together may use, over time (a burst of CPU_BURST
 # CPU-seconds first). The agent is one Python process: a REST thread that runs holds the GIL the
-# CNI threads need, so without a budget a flood of cheap requests slows every ADD. Beyond it,
-# REST pauses (its clients wait in the kernel's queues) and the CNI path keeps the CPU.
-CPU_SHARE = 0.25
+# CNI threads need, and an ADD takes the GIL back after each of its many I/O waits, so the time
+# REST holds it adds to every ADD. A tenth of a core is still about 200 scrapes a second, far
+# more than probes and Prometheus ask. Beyond it REST pauses (its clients wait in the kernel's
+# queues) and the CNI path keeps the CPU.
+CPU_SHARE = 0.1
 CPU_BURST = 0.25
 
 Handler = Callable[[str, str], Response]  # (method, request target) -> the reply; never raises
@@ -67,6 +70,7 @@ class _Conn:
     keep_alive: bool = True
     drained: int = 0  # bytes discarded while lingering
     mask: int = 0  # the selector events watched (0: not registered)
+    slow: bool = False  # its request is in the slow lane
 
 
 class HttpServer:
@@ -95,6 +99,7 @@ class HttpServer:
         self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._slow_jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._slow_rate = Bucket(SLOW_RATE, SLOW_RATE)
+        self._slow_queued = 0  # slow-lane requests queued or being answered (the loop's count)
         self._cpu = Bucket(self.limits.cpu_share, CPU_BURST)
         self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -277,9 +282,20 @@ class HttpServer:
         if 0 <= end <= MAX_HEAD:
             head = bytes(conn.inbuf[:end])
             del conn.inbuf[:end + sep_len]
-            conn.state = "working"
-            self._watch(conn, 0)
-            (self._slow_jobs if self._slow(request_target(head)) else self._jobs).put((conn, head))
+            if not self._slow(request_target(head)):
+                conn.state = "working"
+                self._watch(conn, 0)
+                self._jobs.put((conn, head))
+            elif self._slow_queued < SLOW_QUEUE:
+                conn.state, conn.slow = "working", True
+                self._slow_queued += 1
+                self._watch(conn, 0)
+                self._slow_jobs.put((conn, head))
+            else:  # a connection waiting in the slow lane has no deadline: their number has one
+                self._reply(conn, render(error_response(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    f"{SLOW_QUEUE} requests for etcd-backed views already wait; retry",
+                    {"Retry-After": "1"}), True), True)
         elif end > MAX_HEAD or len(conn.inbuf) > MAX_HEAD:
             line_done = 0 <= conn.inbuf.find(b"\n") <= MAX_HEAD
             status = (HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE if line_done
@@ -300,6 +316,9 @@ class HttpServer:
                 conn, data, keep_alive = self._done.get_nowait()
             except queue.Empty:
                 return
+            if conn.slow:
+                conn.slow = False
+                self._slow_queued -= 1
             if conn in self._conns:
                 self._reply(conn, data, keep_alive)
 

@@ -8,7 +8,8 @@ Test plan:
 - HTTP: keep-alive by default in HTTP/1.1, `Connection: close` and HTTP/1.0 close; pipelined
   requests are answered in order; a request announcing a body is answered and its connection
   closed; a half-closed client still gets its reply.
-- lanes: a slow-lane request that hangs never holds up the fast lane; the slow lane's rate.
+- lanes: a slow-lane request that hangs never holds up the fast lane; the slow lane's rate, and
+  its queue's bound (503 beyond it).
 - CPU: clients as fast as they can go get no more of the CPU than REST's budget.
 - aborted connections: resets write nothing to stderr, and at most one log line a second.
 """
@@ -30,6 +31,7 @@ from typing import BinaryIO
 import pytest
 
 from agent.httpd import CPU_BURST, MAX_HEAD, Bucket, HttpServer, Limits, Response
+from agent.httpd.server import SLOW_QUEUE
 
 OK = Response(HTTPStatus.OK, "text/plain", b"ok\n")
 
@@ -269,6 +271,26 @@ def test_a_hung_slow_request_never_holds_up_the_fast_lane(
             assert get(fast, f"/fast{i}")[0] == 200
         handler.release.set()
         assert read_reply(slow)[0] == 200
+
+
+def test_the_slow_lane_queue_is_bounded(handler: Handler, servers: list[HttpServer]) -> None:
+    """Requests waiting in the slow lane have no deadline: beyond SLOW_QUEUE, 503 at once."""
+    server = serve(handler)
+    servers.append(server)
+    waiting = [connect(server) for _ in range(SLOW_QUEUE)]
+    try:
+        for sock in waiting:
+            sock.sendall(b"GET /hang HTTP/1.1\r\n\r\n")
+        assert wait_until(lambda: handler.seen.count("/hang") == 1)  # the first one hangs
+        with connect(server) as extra:
+            status, body = get(extra, "/hang")
+            assert status == 503 and b"retry" in body
+            assert get(extra, "/fast") == (200, b"ok /fast\n")  # kept alive, fast lane free
+        handler.release.set()
+        assert [read_reply(sock)[0] for sock in waiting] == [200] * SLOW_QUEUE
+    finally:
+        for sock in waiting:
+            sock.close()
 
 
 def test_the_bucket_behind_the_slow_lane_and_the_cpu_budget() -> None:
