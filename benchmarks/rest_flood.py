@@ -1,17 +1,19 @@
 """A REST flood against a real agent while ADDs run through the real plugin (issue #23).
 
     python -m benchmarks.rest_flood [--before CHECKOUT] [--clients 500] [--slow 4000]
-                                    [--adds 8] [--warmup 3] [--quick] [--json FILE]
+                                    [--adds 8] [--seconds 40] [--warmup 5] [--quick]
+                                    [--json FILE]
 
 Three scenarios, each on a fresh agent (kernel dataplane, INFO logging, default REST limits) and
 one private etcd, all on loopback and in namespaces made here:
 
 - idle: ADDs one after another, nothing else;
-- clients: `--clients` clients looping on GET /metrics (a new connection per request, as a
-  scraper without keep-alive does), in 4 processes; after `--warmup` seconds, the ADDs;
+- clients: `--clients` clients looping on GET /metrics, each on a kept-alive connection (a new
+  one when the agent closes or refuses it), in 4 processes, for `--seconds`;
 - slow: `--slow` connections that send a request line and then one header byte every 2 s,
-  never the blank line (slowloris); a connection the agent closes is opened again (at most 1000
-  a second). After `--warmup` seconds, the ADDs.
+  never the blank line (slowloris), for `--seconds`; a connection the agent closes is opened
+  again (at most 1000 a second).
+Under load the ADDs start after `--warmup` seconds and are spread evenly over the rest.
 
 Measured per scenario: ADD success (the plugin's exit status) and wall time, the agent's threads
 and VmRSS (peak, sampled every 0.2 s) and CPU (its share of one core over the scenario), the
@@ -82,27 +84,37 @@ class Figures:
 
 
 def _scrape_loop(address: tuple[str, int], threads: int, stop: Any, counts: Any) -> None:
-    """A flood process: `threads` clients, each GET /metrics on a new connection, in a loop."""
-    request = b"GET /metrics HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n"
+    """A flood process: `threads` clients, each GET /metrics in a loop on a kept-alive
+    connection (a new one when the agent closes or refuses it, 10 ms later)."""
+    request = b"GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n"
     lock = threading.Lock()
     local = [0, 0]
 
+    def one(stream: Any, sock: socket.socket) -> bool:
+        sock.sendall(request)
+        status = stream.readline()
+        length = 0
+        while (line := stream.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        stream.read(length)
+        if not status.startswith(b"HTTP/1.1 200 "):
+            raise ConnectionError(status[:40])
+        return True
+
     def client() -> None:
         while not stop.is_set():
-            ok = False
             try:
                 with socket.create_connection(address, timeout=10) as sock:
-                    sock.sendall(request)
-                    head = sock.recv(65536)
-                    while sock.recv(65536):
-                        pass
-                    ok = head.startswith(b"HTTP/1.1 200 ")
-            except OSError:
+                    stream = sock.makefile("rb")
+                    while not stop.is_set() and one(stream, sock):
+                        with lock:
+                            local[0] += 1
+            except (OSError, ValueError):
                 pass
             with lock:
-                local[0 if ok else 1] += 1
-            if not ok:
-                time.sleep(0.01)  # refused: a moment before the next try
+                local[1] += 1
+            stop.wait(0.01)  # refused or closed: a moment before the next connection
 
     workers = [threading.Thread(target=client, daemon=True) for _ in range(threads)]
     for worker in workers:
@@ -138,13 +150,13 @@ def _slowloris(address: tuple[str, int], n: int, stop: Any, counts: Any,
         sel.register(sock, selectors.EVENT_WRITE, sock)
         opened += 1
 
-    def drop(sock: socket.socket) -> None:
+    def drop(sock: socket.socket, by_agent: bool = True) -> None:
         nonlocal closed
         with contextlib.suppress(KeyError, ValueError):
             sel.unregister(sock)
         socks.discard(sock)
         sock.close()
-        closed += 1
+        closed += by_agent
 
     for _ in range(n):
         open_one()
@@ -181,7 +193,7 @@ def _slowloris(address: tuple[str, int], n: int, stop: Any, counts: Any,
             open_one()
             budget -= 1
     for sock in list(socks):
-        drop(sock)
+        drop(sock, by_agent=False)
     with counts.get_lock():
         counts[0] += opened
         counts[1] += closed
@@ -285,10 +297,12 @@ def wait_ready(agent: AgentHandle, timeout: float = 60.0) -> None:
     raise RuntimeError(f"agent not ready after {timeout:.0f} s:\n{agent.log()[-3000:]}")
 
 
-def run_adds(agent: AgentHandle, namespaces: Namespaces, n: int,
-             fig: Figures) -> list[tuple[str, Path]]:
+def run_adds(agent: AgentHandle, namespaces: Namespaces, n: int, fig: Figures,
+             until: float) -> list[tuple[str, Path]]:
+    """n ADDs, spread evenly until the monotonic time `until` (one after another if past)."""
     added = []
-    for _ in range(n):
+    for i in range(n):
+        time.sleep(max(0.0, (until - time.monotonic()) / (n - i) if i else 0.0))
         cid = secrets.token_hex(8)
         netns = namespaces.create()
         start = time.perf_counter()
@@ -305,7 +319,7 @@ def run_adds(agent: AgentHandle, namespaces: Namespaces, n: int,
 
 
 def scenario(kind: str, checkout: Path, etcd: EtcdServer, namespaces: Namespaces,
-             size: int, adds: int, warmup: float) -> Figures:
+             size: int, adds: int, warmup: float, seconds: float) -> Figures:
     fig = Figures(kind)
     tmp = Path(tempfile.mkdtemp(prefix=f"vcni-restflood-{os.getpid()}-"))
     config = bench_agent_config(tmp, etcd.endpoints, PodSubnets().take())
@@ -318,8 +332,11 @@ def scenario(kind: str, checkout: Path, etcd: EtcdServer, namespaces: Namespaces
         host, port = config["HTTPAddress"].rsplit(":", 1)
         ranges_before, started = etcd_ranges(etcd.endpoints[0]), time.monotonic()
         with sampled(pid, fig), load(kind, (host, int(port)), size) as counts:
-            time.sleep(warmup if kind != "idle" else 0)
-            added = run_adds(agent, namespaces, adds, fig)
+            if kind == "idle":
+                added = run_adds(agent, namespaces, adds, fig, 0.0)
+            else:
+                time.sleep(warmup)
+                added = run_adds(agent, namespaces, adds, fig, started + seconds)
         fig.seconds = time.monotonic() - started
         fig.answered, fig.failed = int(counts[0]), int(counts[1])
         fig.etcd_range_per_s = (etcd_ranges(etcd.endpoints[0]) - ranges_before) / fig.seconds
@@ -338,13 +355,13 @@ def scenario(kind: str, checkout: Path, etcd: EtcdServer, namespaces: Namespaces
     return fig
 
 
-def run(checkout: Path, clients: int, slow: int, adds: int, warmup: float) -> list[Figures]:
+def run(checkout: Path, clients: int, slow: int, adds: int, warmup: float,
+        seconds: float) -> list[Figures]:
     namespaces = Namespaces("vrf")
     try:
         with EtcdServer() as etcd:
-            return [scenario("idle", checkout, etcd, namespaces, 0, adds, warmup),
-                    scenario("clients", checkout, etcd, namespaces, clients, adds, warmup),
-                    scenario("slow", checkout, etcd, namespaces, slow, adds, warmup)]
+            return [scenario(kind, checkout, etcd, namespaces, size, adds, warmup, seconds)
+                    for kind, size in (("idle", 0), ("clients", clients), ("slow", slow))]
     finally:
         namespaces.close()
 
@@ -364,8 +381,9 @@ def render(results: dict[str, list[Figures]], clients: int, slow: int) -> str:
              "etcd Range/s |", "|" + "---|" * 10]
     for label, figures in results.items():
         for f in figures:
-            answered = (f"{f.answered} / {f.failed}" if f.scenario == "clients" else
-                        f"{f.answered} opened / {f.failed} closed by the agent"
+            answered = (f"{f.answered} / {f.failed} connections failed or closed"
+                        if f.scenario == "clients" else
+                        f"{f.answered} slow connections opened / {f.failed} closed by the agent"
                         if f.scenario == "slow" else "-")
             lines.append(
                 f"| {label} | {load_text[f.scenario]} | {f.adds_ok}/{f.adds} | "
@@ -387,16 +405,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=500)
     parser.add_argument("--slow", type=int, default=4000)
     parser.add_argument("--adds", type=int, default=8)
-    parser.add_argument("--warmup", type=float, default=3.0,
-                        help="seconds of load before the ADDs start")
+    parser.add_argument("--warmup", type=float, default=5.0,
+                        help="seconds of load before the first ADD")
+    parser.add_argument("--seconds", type=float, default=40.0,
+                        help="seconds each load lasts; the ADDs are spread over it")
     parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes (40 clients, 200 slow, 2 ADDs, 1 s warm-up)")
+                        help="tiny sizes (40 clients, 200 slow, 2 ADDs, 3 s of load)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error("needs root: it creates network namespaces and links")
     if args.quick:
-        args.clients, args.slow, args.adds, args.warmup = 40, 200, 2, 1.0
+        args.clients, args.slow, args.adds, args.warmup, args.seconds = 40, 200, 2, 1.0, 3.0
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = args.slow + args.clients + 1024
     if hard != resource.RLIM_INFINITY and hard < need:
@@ -405,8 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[Figures]] = {}
     if args.before is not None:
         results["before"] = run(args.before.resolve(), args.clients, args.slow, args.adds,
-                                args.warmup)
-    results["this"] = run(REPO, args.clients, args.slow, args.adds, args.warmup)
+                                args.warmup, args.seconds)
+    results["this"] = run(REPO, args.clients, args.slow, args.adds, args.warmup, args.seconds)
     print(render(results, args.clients, args.slow))
     if args.json:
         args.json.write_text(json.dumps({k: [asdict(f) for f in v] for k, v in results.items()},
