@@ -31,7 +31,7 @@ from agent.cluster.side import ClusterSide
 from agent.config import AgentConfig
 from agent.dataplane import Dataplane
 from agent.errors import Degraded, NotReady, TryAgainLater
-from agent.health import PROBE_INTERVAL, Probe
+from agent.health import PROBE_INTERVAL, ObservedStore, Probe
 from agent.httpd import Limits
 from agent.journal import DeleteJournal
 from agent.metrics import Metrics
@@ -63,12 +63,18 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.metrics = Metrics()
-        self.store = Store(list(config.etcd_endpoints), config.etcd_prefix, config.etcd_timeout)
-        # REST's views and the etcd probe use a client of their own: no REST client's request
-        # ever shares the connection (or waits behind the calls) of the CNI path.
+        self.store = ObservedStore(list(config.etcd_endpoints), config.etcd_prefix,
+                                   config.etcd_timeout)
+        # REST's etcd-backed views use a client of their own: no REST client's request ever
+        # shares the connection (or waits behind the calls) of the CNI path.
         self.view_store = Store(list(config.etcd_endpoints), config.etcd_prefix,
                                 config.etcd_timeout)
-        self.etcd_probe = Probe("etcd", self.view_store.ping)
+        # etcd's health is the CNI path's own client's: each of its calls reports (agent/health)
+        # and a ping through it once a second covers the quiet times, whatever REST does.
+        # Readiness says whether ADDs reach etcd, and a second client can be connected while the
+        # CNI path's is still marked failed (etcd just restarted).
+        self.etcd_probe = Probe("etcd", self.store.ping)
+        self.store.probe = self.etcd_probe
         self.dataplane_probe: Probe | None = None
         self.node_id = 0
         self.networks: NodeNetworks | None = None

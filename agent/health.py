@@ -10,6 +10,10 @@ number of readers.
 A probe reports down when its last check failed, and also when no check has succeeded for
 `stale_after` seconds: a check that hangs (etcd stopped, its requests waiting in the socket until
 the client's timeout) turns the answer to down without waiting for that timeout.
+
+The etcd probe also hears the agent's own traffic (`ObservedStore`, the CNI path's client): a
+call that finds etcd unreachable turns it down at once, the next that succeeds up again, so that
+readiness never says ready between an ADD that failed on etcd and the next call that got through.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+from agent.errors import TryAgainLater
+from agent.store import Store
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +72,10 @@ class Probe:
             reason = "" if ok else "check failed"
         except Exception as exc:  # a probe is a yes/no answer, never an error
             ok, reason = False, str(exc) or type(exc).__name__
+        self.report(ok, reason)
+
+    def report(self, ok: bool, reason: str = "") -> None:
+        """An outcome seen elsewhere (the agent's own traffic) counts as a check."""
         with self._lock:
             was_up = not self._reason
             if ok:
@@ -93,3 +107,22 @@ class Probe:
         while not self._stopping.is_set():
             self.refresh()
             self._stopping.wait(self.interval)
+
+
+class ObservedStore(Store):
+    """The CNI path's Store, telling `probe` the outcome of each of its etcd calls: unreachable
+    (TryAgainLater) or answered. Other failures (IOFailure: etcd answered, with an error) say
+    nothing about reachability."""
+
+    probe: Probe | None = None
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            result = super()._call(what, fn)
+        except TryAgainLater as exc:
+            if self.probe is not None:
+                self.probe.report(False, str(exc))
+            raise
+        if self.probe is not None:
+            self.probe.report(True)
+        return result
