@@ -248,8 +248,14 @@ class Agent:
             generation = seen
             while not self._stopping.wait(interval):
                 assert self.dataplane is not None and self.pods is not None
+                assert self.dataplane_probe is not None
                 try:
-                    if not self.dataplane.ready() or self.dataplane.generation() == generation:
+                    # Its answer is the probe's too: once a repair is reported, readiness and
+                    # STATUS have heard that the vswitch answers again.
+                    started = self.dataplane_probe.now()
+                    answering = self.dataplane.ready()
+                    self.dataplane_probe.report(answering, "", started)
+                    if not answering or self.dataplane.generation() == generation:
                         continue
                     generation = self.dataplane.generation()
                     log.warning("dataplane reconnected (generation %d): repairing pods", generation)

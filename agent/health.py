@@ -52,6 +52,7 @@ class Probe:
         self._lock = threading.Lock()
         self._last_ok: float | None = None  # when a check last succeeded
         self._reason = "not checked yet"  # why the last check failed; "" when it succeeded
+        self._observed_at = float("-inf")  # when the attempt behind the last answer began
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -65,18 +66,30 @@ class Probe:
             self._thread.join(timeout=1)  # a check stuck in its timeout is a daemon: not waited
             self._thread = None
 
+    def now(self) -> float:
+        return self._clock()
+
     def refresh(self) -> None:
         """Checks once now, in the caller's thread (start-up: the first answer before ready)."""
+        started = self._clock()
         try:
             ok = self._check() is not False
-            reason = "" if ok else "check failed"
+            reason = "" if ok else "no answer"
         except Exception as exc:  # a probe is a yes/no answer, never an error
             ok, reason = False, str(exc) or type(exc).__name__
-        self.report(ok, reason)
+        self.report(ok, reason, started)
 
-    def report(self, ok: bool, reason: str = "") -> None:
-        """An outcome seen elsewhere (the agent's own traffic) counts as a check."""
+    def report(self, ok: bool, reason: str = "", started: float | None = None) -> None:
+        """An outcome, of a check or seen elsewhere (the agent's own traffic), observed by an
+        attempt that began at `started` (now if not given). The newest attempt wins: a slow
+        check that began before a later success (a reconnect in between) does not undo it."""
+        if not ok and not reason:
+            reason = "no answer"
         with self._lock:
+            at = self._clock() if started is None else started
+            if at < self._observed_at:
+                return
+            self._observed_at = at
             was_up = not self._reason
             if ok:
                 self._last_ok = self._clock()
@@ -117,12 +130,14 @@ class ObservedStore(Store):
     probe: Probe | None = None
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
+        probe = self.probe
+        started = probe.now() if probe is not None else 0.0
         try:
             result = super()._call(what, fn)
         except TryAgainLater as exc:
-            if self.probe is not None:
-                self.probe.report(False, str(exc))
+            if probe is not None:
+                probe.report(False, str(exc), started)
             raise
-        if self.probe is not None:
-            self.probe.report(True)
+        if probe is not None:
+            probe.report(True, "", started)
         return result
