@@ -6,7 +6,7 @@ Layout (every name unique per run, every namespace removed in `close()`, also af
                         (port 2379; the namespace is private, so fixed ports cannot collide)
     node namespace i    uplink `eth0` (veth into br0) with node IP 192.168.16.<10+i>/24, MTU 1500;
                         its own vswitch-agent (`ip netns exec`), NodeName, CNI socket, StateDir,
-                        REST on 0.0.0.0:<9900+i> inside the namespace
+                        REST on node:<9900+i> (loopback and the node IP) inside the namespace
     pod namespaces      ADDed through the real `vswitch-cni` executable with the node's socket
 
 etcd runs in the fabric namespace because the agents run in their node namespaces, where
@@ -98,7 +98,7 @@ class Node:
             "EtcdEndpoints": [ETCD_URL],
             "CNISocket": self.socket,
             "StateDir": str(self.dir / "state"),
-            "HTTPAddress": f"0.0.0.0:{self.rest_port}",
+            "HTTPAddress": f"node:{self.rest_port}",  # loopback and the node IP
             "Dataplane": "kernel",
             "IPAMConfig": {"PodSubnetCIDR": POD_V4, "PodNetworkPrefixLen": 24,
                            "PodSubnetV6CIDR": POD_V6, "PodNetworkV6PrefixLen": 64},

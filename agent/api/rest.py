@@ -14,8 +14,15 @@
 
 Documented in docs/rest-api.md and docs/openapi.yaml. Only GET: any other method is 405, an
 unknown path 404, a malformed or unknown query parameter 400. A failing source gives 503 (etcd or
-agent not ready: retry) or 500 with a JSON error; nothing here can take the agent down.
-Stdlib `ThreadingHTTPServer`: a slow client never blocks another or the agent.
+agent not ready: retry) or 500 with a JSON error; nothing here can take the agent down. Nothing
+here writes: REST has no authentication, so no operation that changes state (node remove among
+them) is ever offered over it.
+
+Whoever can reach the port may be hostile (a pod can reach its node's addresses): the server is
+bounded (agent/api/httpd: fixed workers, a connection cap, a header deadline), and the source
+answers from state the agent already holds (agent/infra/health's probes, not a ping per
+request), so that
+nothing a REST client does can slow or fail a CNI request.
 """
 
 from __future__ import annotations
@@ -23,20 +30,18 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from agent.api.httpd import JSON_TYPE, HttpServer, Limits, Response, error_response
 from agent.model.errors import NotReady, TryAgainLater
 from agent.model.pod import pod_label
 from ipam import IPAMConfig, NodeNetworks
 
 log = logging.getLogger(__name__)
 
-JSON_TYPE = "application/json"
 # The largest integer every JSON client represents exactly (IEEE double, JavaScript's
 # Number.MAX_SAFE_INTEGER); an IPv6 pool's capacity (2^64 - 4) is capped to it.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -75,13 +80,13 @@ class HttpError(Exception):
         self.status = status
 
 
-Reply = tuple[HTTPStatus, str, bytes]  # status, content type, body
+Reply = Response
 Route = Callable[[RestSource, dict[str, str]], Reply]
 
 
 def _json(data: object, status: HTTPStatus = HTTPStatus.OK) -> Reply:
     body = json.dumps(data, indent=2, sort_keys=True, default=str).encode() + b"\n"
-    return status, JSON_TYPE, body
+    return Response(status, JSON_TYPE, body)
 
 
 def _ipam(src: RestSource, _query: dict[str, str]) -> Reply:
@@ -175,7 +180,7 @@ def _readiness(src: RestSource, _query: dict[str, str]) -> Reply:
 
 
 def _metrics(src: RestSource, _query: dict[str, str]) -> Reply:
-    return HTTPStatus.OK, METRICS_TYPE, src.metrics_text().encode()
+    return Response(HTTPStatus.OK, METRICS_TYPE, src.metrics_text().encode())
 
 
 # path -> (handler, query parameters it accepts)
@@ -190,6 +195,16 @@ ROUTES: dict[str, tuple[Route, frozenset[str]]] = {
     "/readiness": (_readiness, frozenset()),
     "/metrics": (_metrics, frozenset()),
 }
+
+
+# The views that read etcd (through the REST side's own client) or run a live check against the
+# dataplane: served by agent/api/httpd's slow lane, one at a time, a few a second.
+SLOW_PATHS = frozenset({"/v1/allocations", "/v1/pods"})
+
+
+def is_slow(target: str) -> bool:
+    path = urlsplit(target).path
+    return path in SLOW_PATHS or CHECK_PATH.match(path) is not None
 
 
 def parse_query(raw: str, allowed: frozenset[str]) -> dict[str, str]:
@@ -233,86 +248,40 @@ def answer(src: RestSource, target: str) -> Reply:
                      HTTPStatus.INTERNAL_SERVER_ERROR)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    source: RestSource  # set on the per-server subclass
-    protocol_version = "HTTP/1.1"
-    timeout = 30  # seconds; an idle keep-alive client does not hold a thread forever
-    server_version = "vswitch-agent"
-    # Headers and body go out in two writes: with Nagle's algorithm the body waits for the
-    # client's delayed ACK of the headers (~40 ms per request on a keep-alive connection).
-    disable_nagle_algorithm = True
-
-    def do_GET(self) -> None:
-        self._send(*answer(self.source, self.path))
-
-    def __getattr__(self, name: str) -> Any:
-        # http.server looks up do_<METHOD> and answers 501 when it is missing; every method but
-        # GET is a 405 here, whatever its name
-        if name.startswith("do_"):
-            return self._not_allowed
-        raise AttributeError(name)
-
-    def send_error(self, code: int, message: str | None = None,
-                   explain: str | None = None) -> None:
-        """http.server's own refusals (a malformed request line 400, URI too long 414, header
-        fields too large 431) in the documented JSON shape instead of its HTML page."""
-        try:
-            status = HTTPStatus(code)
-        except ValueError:
-            status = HTTPStatus.BAD_REQUEST
-        text = message or status.phrase
-        self.close_connection = True
-        # A garbage request line leaves the version at HTTP/0.9, whose replies have no status
-        # line or headers; every client here speaks HTTP/1.x.
-        self.request_version = self.protocol_version
-        _, ctype, body = _json({"error": f"{text}: {explain}" if explain else text}, status)
-        self._send(status, ctype, body, {"Connection": "close"})
-
-    def _not_allowed(self) -> None:
-        status, ctype, body = _json({"error": f"method {self.command} not allowed; use GET"},
-                                    HTTPStatus.METHOD_NOT_ALLOWED)
-        self._send(status, ctype, body, {"Allow": "GET"})
-
-    def _send(self, status: HTTPStatus, ctype: str, body: bytes,
-              headers: Mapping[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+def respond(src: RestSource, method: str, target: str) -> Response:
+    """The reply to one request: GET only (every other method, HEAD too, is a 405)."""
+    if method != "GET":
+        return error_response(HTTPStatus.METHOD_NOT_ALLOWED,
+                              f"method {method} not allowed; use GET", {"Allow": "GET"})
+    return answer(src, target)
 
 
 class RestServer:
-    """Serves the endpoints above on `address` ((host, port); port 0 picks a free one)."""
+    """Serves the endpoints above on `addresses` ((host, port) each; port 0 picks a free one),
+    within `limits` (agent/api/httpd)."""
 
-    def __init__(self, address: tuple[str, int], source: RestSource) -> None:
-        handler = type("Handler", (_Handler,), {"source": source})
-        self._server = ThreadingHTTPServer(address, handler)
-        self._server.daemon_threads = True  # a hung client never holds up stop()
-        self._thread: threading.Thread | None = None
+    def __init__(self, addresses: Sequence[tuple[str, int]], source: RestSource,
+                 limits: Limits | None = None) -> None:
+        self._server = HttpServer(addresses, lambda m, t: respond(source, m, t), limits,
+                                  slow=is_slow)
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
+        return self._server.addresses[0]
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return self._server.addresses
+
+    @property
+    def refused(self) -> int:
+        """Connections closed at once because the cap was reached."""
+        return self._server.refused
 
     def start(self) -> None:
-        # a short poll interval keeps stop() quick; the loop itself costs nothing measurable
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,),
-                                        name="rest", daemon=True)
-        self._thread.start()
-        log.info("REST endpoint on http://%s:%d", *self.address)
+        self._server.start()
+        for host, port in self.addresses:
+            log.info("REST endpoint on http://%s:%d", f"[{host}]" if ":" in host else host, port)
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._server.server_close()
+        self._server.stop()

@@ -24,19 +24,21 @@ from typing import Any
 import grpc
 
 from agent.api.grpc_server import CniService
+from agent.api.httpd import Limits
 from agent.api.rest import RestServer
 from agent.app.cluster_side import ClusterSide
 from agent.app.config import AgentConfig
 from agent.app.wiring import make_dataplane, nat_plan
 from agent.dataplane import Dataplane
 from agent.infra.backoff import retry_unavailable
+from agent.infra.health import PROBE_INTERVAL, Probe
 from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
 from agent.lifecycle.pods import PodManager
 from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import ReconcileReport, reconcile
 from agent.linux import hostnat
-from agent.model.errors import CniError, Degraded, EtcdTLSFailure, NotReady, TryAgainLater
+from agent.model.errors import CniError, Degraded, NotReady, TryAgainLater
 from agent.model.pod import PodKey
 from agent.state.id_guard import BindingGuard
 from agent.state.journal import DeleteJournal
@@ -64,6 +66,18 @@ class Agent:
         self.metrics = Metrics()
         self.store = Store(list(config.etcd_endpoints), config.etcd_prefix, config.etcd_timeout,
                            config.etcd_tls)
+        # REST's etcd-backed views use a client of their own: no REST client's request ever
+        # shares the connection (or waits behind the calls) of the CNI path.
+        self.view_store = Store(list(config.etcd_endpoints), config.etcd_prefix,
+                                config.etcd_timeout, config.etcd_tls)
+        # etcd's health is the CNI path's own client's: each of its calls reports to the probe
+        # (agent/infra/health) and a ping through it once a second covers the quiet times,
+        # whatever REST does.
+        # Readiness says whether ADDs reach etcd, and a second client can be connected while the
+        # CNI path's is still marked failed (etcd just restarted).
+        self.etcd_probe = Probe("etcd", self.store.ping)
+        self.store.etcd.observer = self.etcd_probe
+        self.dataplane_probe: Probe | None = None
         self.node_id = 0
         self.networks: NodeNetworks | None = None
         self.pods: PodManager | None = None
@@ -92,6 +106,7 @@ class Agent:
         # means this one must touch nothing, least of all reconcile the other's pods.
         prepare_socket(cfg.cni_socket)
         self._rest = self._listen()
+        self.etcd_probe.start()
         self._phase = "starting: waiting for etcd"
         self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam, cfg.state_dir).acquire(
             wait=STARTUP_WAIT, stopping=self._stopping, on_wait=self._etcd_awaited
@@ -110,6 +125,8 @@ class Agent:
         self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
         self._phase = f"starting: setting up the {cfg.dataplane} dataplane"
         self._start_dataplane(self.dataplane)
+        self.dataplane_probe = Probe("dataplane", self.dataplane.ready)
+        self.dataplane_probe.start()
         try:
             hostnat.apply(nat_plan(cfg))
         except hostnat.NftError as exc:
@@ -133,6 +150,9 @@ class Agent:
         self.metrics.gauge("vswitch_cni_busy_workers", "CNI requests being served now.",
                            lambda: float(self._busy()))
         self._serve_cni(self._service)
+        # Fresh answers before the first ready: the probes' last ones may predate the wait.
+        self.etcd_probe.refresh()
+        self.dataplane_probe.refresh()
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
 
@@ -160,21 +180,20 @@ class Agent:
                        ("family", "subnet"), _pool_reader(pools, key))
         m.labelled("vswitch_cni_reconcile_pods", "Outcome of the start-up reconcile per pod.",
                    ("result",), lambda: reconcile_counts(self.report))
-        m.gauge("vswitch_cni_etcd_up", "1 when etcd answers (checked at scrape time).",
-                self._etcd_up)
-        m.labelled("vswitch_cni_dataplane_up", "1 when the vswitch answers (VPP connected).",
+        # Both from the probes' last answer: a scrape never waits on etcd or the vswitch.
+        m.gauge("vswitch_cni_etcd_up", "1 when etcd answered the agent's last probe (every "
+                f"{PROBE_INTERVAL:g} s).", lambda: float(self.etcd_probe.up))
+        m.labelled("vswitch_cni_dataplane_up", "1 when the vswitch answered the agent's last "
+                   f"probe (every {PROBE_INTERVAL:g} s; VPP: connected and answering).",
                    ("dataplane",), lambda: [((self.config.dataplane,),
-                                             float(bool(self.dataplane and
-                                                        self.dataplane.ready())))])
+                                             float(self._dataplane_up()[0]))])
         m.labelled("vswitch_cni_mesh_nodes", "Remote nodes by mesh state.", ("state",),
                    self._mesh_counts)
 
-    def _etcd_up(self) -> float:
-        try:
-            self.store.ping()
-        except Exception:
-            return 0.0
-        return 1.0
+    def _dataplane_up(self) -> tuple[bool, str]:
+        if self.dataplane_probe is None:
+            return False, "not started"
+        return self.dataplane_probe.state()
 
     def _mesh_counts(self) -> list[tuple[tuple[str], float]]:
         counts = dict.fromkeys(("programmed", "failed", "pending"), 0)
@@ -200,9 +219,10 @@ class Agent:
             raise StartupError(f"the {dataplane.name} dataplane is not reachable: {exc}") from exc
 
     def _listen(self) -> RestServer:
-        address = self.config.http_host_port
+        cfg = self.config
+        limits = Limits(cfg.http_workers, cfg.http_max_connections, cfg.http_header_timeout)
         try:
-            rest = RestServer(address, self)
+            rest = RestServer(cfg.rest_binds, self, limits)
         except OSError as exc:
             raise StartupError(f"cannot serve REST on HTTPAddress {self.config.http_address}: "
                                f"{exc.strerror or exc}") from exc
@@ -239,7 +259,13 @@ class Agent:
         """One look: a new connection generation means the vswitch lost its state (VPP
         restarted): every pod is repaired, and the mesh relisted."""
         assert self.dataplane is not None and self.pods is not None
-        if not self.dataplane.ready() or self.dataplane.generation() == self._generation:
+        assert self.dataplane_probe is not None
+        # Its answer is the probe's too: once a repair is reported, readiness and STATUS have
+        # heard that the vswitch answers again.
+        started = self.dataplane_probe.now()
+        answering = self.dataplane.ready()
+        self.dataplane_probe.report(answering, "", started)
+        if not answering or self.dataplane.generation() == self._generation:
             return
         self._generation = generation = self.dataplane.generation()
         log.warning("dataplane reconnected (generation %d): repairing pods", generation)
@@ -276,6 +302,9 @@ class Agent:
                 os.unlink(self.config.cni_socket)
         if self._rest is not None:
             self._rest.stop()
+        self.etcd_probe.stop()
+        if self.dataplane_probe is not None:
+            self.dataplane_probe.stop()
         if self.cluster is not None:
             self.cluster.stop()
         if self.binding is not None:
@@ -285,6 +314,7 @@ class Agent:
         if self.dataplane is not None:
             self.dataplane.close()
         self.store.close()
+        self.view_store.close()
 
     # ---- health ----------------------------------------------------------------------------
 
@@ -301,20 +331,22 @@ class Agent:
             )
 
     def ready(self) -> tuple[bool, str]:
+        """Reads state only (the probes' last answers, flags, counters): /readiness and CNI
+        STATUS never wait on etcd or the vswitch, however often they are asked."""
         if not self._ready.is_set():
             return False, "stopping" if self._stopping.is_set() else self._phase
-        try:
-            self.store.ping()
-        except EtcdTLSFailure as exc:
-            return False, str(exc)
-        except Exception as exc:
-            return False, f"etcd unreachable: {exc}"
+        etcd_up, etcd_reason = self.etcd_probe.state()
+        if not etcd_up:
+            # a TLS failure names itself; anything else is etcd not answering
+            tls = "TLS" in etcd_reason
+            return False, etcd_reason if tls else f"etcd unreachable: {etcd_reason}"
         if self.cluster is not None and self.cluster.removed():
             return False, "this node was removed from the cluster (node remove): restart its agent"
         if self.binding is not None and self.binding.lost:
             return False, self.binding.lost
-        if self.dataplane is None or not self.dataplane.ready():
-            return False, f"dataplane {self.config.dataplane} not ready"
+        dataplane_up, dataplane_reason = self._dataplane_up()
+        if not dataplane_up:
+            return False, f"dataplane {self.config.dataplane} not ready: {dataplane_reason}"
         if self.pods is not None and self.pods.pools.exhausted():
             return False, "pod subnet exhausted"
         if self._service is not None and self._service.saturated():
@@ -341,12 +373,16 @@ class Agent:
     def ipam_config(self) -> IPAMConfig:
         return self.config.ipam
 
+    # The two views read etcd (they show what etcd records, leaks included) through the REST
+    # side's own client, in agent/api/httpd's slow lane: one at a time, a few a second.
+
     def allocations(self) -> dict[str, dict[str, Any]]:
         self._started()
-        return self.store.list_allocations(self.node_id)
+        return self.view_store.list_allocations(self.node_id)
 
     def pod_records(self) -> list[dict[str, Any]]:
-        return [r.to_json_dict() for r in self._started().records()]
+        self._started()
+        return [r.to_json_dict() for r in self.view_store.list_pods(self.node_id)]
 
     def pool_usage(self) -> list[dict[str, object]]:
         return self._started().pools.usage()
@@ -367,7 +403,9 @@ class Agent:
         return self.cluster.snapshot()
 
     def check_pod(self, container_id: str, ifname: str) -> dict[str, Any] | None:
-        """A live CHECK of one attachment for operators (read-only: nothing is repaired)."""
+        """A live CHECK of one attachment for operators (read-only: nothing is repaired). It
+        holds that one attachment's lock while it reads etcd and the dataplane (never half an
+        ADD or DEL); the slow lane runs one at a time, a few a second."""
         return self._started().inspect(PodKey(container_id, ifname))
 
     def last_reconcile(self) -> dict[str, Any]:

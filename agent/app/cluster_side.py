@@ -75,8 +75,12 @@ class ClusterSide:
             log.warning("node IP %s (NodeInterconnectCIDR host %d) is on no interface here: no "
                         "mesh to other nodes until it is; set NodeIP or NODE_IP",
                         node_ip, networks.node_id)
+        # REST's port is published only where other nodes can reach it: on the node IP (or on
+        # every address); the default loopback bind is this node's own, so 0 (not published).
+        ip = node_ip.split("/")[0]
+        reachable = any(host in ("0.0.0.0", "::", ip) for host, _ in cfg.rest_binds)
         local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
-                           rest_port=cfg.http_host_port[1])
+                           rest_port=cfg.http_host_port[1] if reachable else 0)
         # a store of its own: its own etcd connection (agent/state/registry)
         registry = Registry(Store(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout,
                                   cfg.etcd_tls))

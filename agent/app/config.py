@@ -61,7 +61,14 @@ class AgentConfig:
     etcd_cert_file: str = ""
     etcd_key_file: str = ""
     cni_socket: str = "/run/vswitch-cni/cni.sock"
-    http_address: str = "0.0.0.0:9999"
+    # Loopback by default: REST has no authentication and a pod reaches every address of its
+    # node, so serving beyond the node itself is the operator's choice (`node:PORT`, an address,
+    # or 0.0.0.0). http_binds is what HTTPAddress resolved to ("node" needs the node's IP).
+    http_address: str = "127.0.0.1:9999"
+    http_binds: tuple[tuple[str, int], ...] = ()
+    http_workers: int = 4
+    http_max_connections: int = 64
+    http_header_timeout: float = 5.0
     dataplane: str = "kernel"
     gateway_interface: str = "vswitch0"
     host_interface_prefix: str = "vsw"
@@ -104,8 +111,14 @@ class AgentConfig:
 
     @property
     def http_host_port(self) -> tuple[str, int]:
+        """HTTPAddress as written: (host, port); "node" stays "node" (see rest_binds)."""
         host, _, port = self.http_address.rpartition(":")
         return host.strip("[]") or "0.0.0.0", int(port)
+
+    @property
+    def rest_binds(self) -> list[tuple[str, int]]:
+        """The addresses the REST endpoint listens on."""
+        return list(self.http_binds) or [self.http_host_port]
 
 
 def _str(key: str, v: object) -> str:
@@ -284,8 +297,39 @@ def _http_address(key: str, v: object) -> str:
     s = _str(key, v)
     _, sep, port = s.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(key, v, "must be HOST:PORT (an empty HOST listens on all addresses)")
+        raise ConfigError(key, v, "must be HOST:PORT: 127.0.0.1:9999 (this node only), "
+                          "node:9999 (loopback and the node's IP), an address, or 0.0.0.0:9999 "
+                          "(every address; an empty HOST too)")
     return s
+
+
+NODE_HOST = "node"  # HTTPAddress host meaning loopback plus this node's own IP
+ALL_ADDRESSES = ("0.0.0.0", "::")
+
+
+def _http_binds(address: str, node_ip: str, env: Mapping[str, str]) -> tuple[
+        tuple[tuple[str, int], ...], list[str]]:
+    """HTTPAddress -> the addresses to listen on, and the warnings it deserves."""
+    host, _, port_text = address.rpartition(":")
+    host, port = host.strip("[]") or "0.0.0.0", int(port_text)
+    if host.lower() == NODE_HOST:
+        ip = (node_ip or env.get("NODE_IP", "")).split("/")[0]
+        if not ip:
+            raise ConfigError("HTTPAddress", address, "'node' is this node's IP: set NodeIP, or "
+                              "NODE_IP in the environment (the DaemonSet sets it)")
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise ConfigError("HTTPAddress", address, f"the node IP {ip!r} (NodeIP or NODE_IP) "
+                              "is not an IP address") from None
+        loopback = "::1" if ":" in ip else "127.0.0.1"
+        return tuple(dict.fromkeys([(loopback, port), (ip, port)])), []
+    warnings = []
+    if host in ALL_ADDRESSES:
+        warnings.append(f"HTTPAddress {address}: REST (no authentication) on every address of "
+                        "this node, its pods' gateway included; node:PORT serves loopback and "
+                        "the node's IP only")
+    return ((host, port),), warnings
 
 
 def _dataplane(key: str, v: object) -> str:
@@ -373,6 +417,9 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("EtcdKeyFile", "etcd_key_file", _abs_path),
         ("CNISocket", "cni_socket", _socket_path),
         ("HTTPAddress", "http_address", _http_address),
+        ("HTTPWorkers", "http_workers", _int_range(1, 64)),
+        ("HTTPMaxConnections", "http_max_connections", _int_range(1, 4096)),
+        ("HTTPHeaderTimeout", "http_header_timeout", _seconds),
         ("Dataplane", "dataplane", _dataplane),
         ("GatewayInterface", "gateway_interface", _ifname),
         ("HostInterfacePrefix", "host_interface_prefix", _host_prefix),
@@ -525,6 +572,10 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
         raise ConfigError(f"IPAMConfig.{exc.key}", exc.value, exc.reason) from exc
     warnings.extend(ipam_warnings)
     _check_etcd_tls(values)
+    binds, http_warnings = _http_binds(values.get("http_address", AgentConfig.http_address),
+                                       values.get("node_ip", ""), env)
+    values["http_binds"] = binds
+    warnings.extend(http_warnings)
     if "node_name" not in values:
         # Kubernetes passes the node name through the downward API; fall back to the hostname.
         values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
@@ -536,11 +587,12 @@ def preflight(cfg: AgentConfig) -> None:
     files), so that a value that cannot work is refused at once, by key, like a malformed one:
     HTTPAddress must resolve, StateDir and the CNISocket's directory must be (or be creatable
     as) writable directories, the etcd TLS files must be usable."""
-    host, port = cfg.http_host_port
-    try:
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (OSError, UnicodeError) as exc:
-        raise ConfigError("HTTPAddress", cfg.http_address, f"cannot be resolved: {exc}") from None
+    for host, port in cfg.rest_binds:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except (OSError, UnicodeError) as exc:
+            raise ConfigError("HTTPAddress", cfg.http_address,
+                              f"cannot be resolved: {exc}") from None
     _writable_dir("StateDir", cfg.state_dir, cfg.state_dir)
     _writable_dir("CNISocket", cfg.cni_socket, os.path.dirname(cfg.cni_socket))
     check_etcd_tls(cfg)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
@@ -79,8 +79,18 @@ def parse_endpoint(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
+class CallObserver(Protocol):
+    """Hears the outcome of every call (agent/infra/health.Probe: etcd's health from the agent's
+    own traffic): `report(False, why, started)` when etcd could not be reached."""
+
+    def now(self) -> float: ...
+    def report(self, ok: bool, reason: str = "", started: float | None = None) -> None: ...
+
+
 class EtcdClient:
     """A connection to the etcd cluster. Thread-safe: one gRPC channel per endpoint, shared."""
+
+    observer: CallObserver | None = None
 
     def __init__(self, endpoints: list[str], timeout: float = 2.0,
                  tls: EtcdTLS | None = None) -> None:
@@ -106,6 +116,21 @@ class EtcdClient:
     # ---- the one place where etcd errors are translated ------------------------------------
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Runs one etcd RPC and tells the observer whether etcd was reached (a call that etcd
+        answered with an error reached it too)."""
+        observer = self.observer
+        if observer is None:
+            return self._translated(what, fn)
+        started = observer.now()
+        try:
+            result = self._translated(what, fn)
+        except TryAgainLater as exc:
+            observer.report(False, str(exc), started)
+            raise
+        observer.report(True, "", started)
+        return result
+
+    def _translated(self, what: str, fn: Callable[[], T]) -> T:
         """Runs one etcd RPC. A refused connection is retried once per other member; a
         timeout is not (the budget is spent)."""
         last: Exception | None = None

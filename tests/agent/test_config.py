@@ -22,7 +22,9 @@ def test_empty_config_gives_contiv_defaults() -> None:
     assert (cfg.tapv2_rx_ring_size, cfg.tapv2_tx_ring_size) == (256, 256)
     assert (cfg.main_vrf_id, cfg.pod_vrf_id) == (0, 1)
     assert cfg.cni_socket == "/run/vswitch-cni/cni.sock"
-    assert cfg.http_host_port == ("0.0.0.0", 9999)
+    # loopback: REST has no authentication (issue #23)
+    assert cfg.rest_binds == [("127.0.0.1", 9999)]
+    assert (cfg.http_workers, cfg.http_max_connections, cfg.http_header_timeout) == (4, 64, 5.0)
     assert cfg.dataplane == "kernel"
     assert cfg.warnings == ()
 
@@ -48,8 +50,31 @@ def test_our_keys() -> None:
     )
     assert cfg.etcd_endpoints == ("http://10.0.0.1:2379", "http://10.0.0.2:2379")
     assert cfg.etcd_prefix == "/mine/"
-    assert cfg.http_host_port == ("0.0.0.0", 8080)
+    assert cfg.http_host_port == ("0.0.0.0", 8080)  # an empty host: every address (Go's way)
+    assert cfg.rest_binds == [("0.0.0.0", 8080)]
+    assert any("every address" in w for w in cfg.warnings)
     assert cfg.dataplane == "vpp"
+
+
+def test_rest_on_the_nodes_own_address() -> None:
+    """`node:PORT`: loopback (local tools) and the node IP (kubelet probes, a node's Prometheus,
+    vswitchctl from another node), from NodeIP, else NODE_IP; nothing else of the node."""
+    from_env = parse({"HTTPAddress": "node:9999"}, env={"NODE_IP": "192.168.16.3"})
+    assert from_env.rest_binds == [("127.0.0.1", 9999), ("192.168.16.3", 9999)]
+    assert from_env.http_host_port[1] == 9999 and from_env.warnings == ()
+    configured = parse({"HTTPAddress": "node:9999", "NodeIP": "fd00::3/64"},
+                       env={"NODE_IP": "192.168.16.3"})
+    assert configured.rest_binds == [("::1", 9999), ("fd00::3", 9999)]
+    with pytest.raises(ConfigError, match="set NodeIP, or NODE_IP") as info:
+        parse({"HTTPAddress": "node:9999"}, env={})
+    assert info.value.key == "HTTPAddress"
+    with pytest.raises(ConfigError, match="not an IP address"):
+        parse({"HTTPAddress": "node:9999"}, env={"NODE_IP": "worker-3"})
+
+
+def test_rest_limit_keys() -> None:
+    cfg = parse({"HTTPWorkers": 2, "HTTPMaxConnections": 16, "HTTPHeaderTimeout": 0.5}, env={})
+    assert (cfg.http_workers, cfg.http_max_connections, cfg.http_header_timeout) == (2, 16, 0.5)
 
 
 @pytest.mark.parametrize(
@@ -63,6 +88,9 @@ def test_our_keys() -> None:
         ("Dataplane", "ovs", "'kernel' or 'vpp'"),
         ("CNISocket", "relative.sock", "absolute"),
         ("HTTPAddress", "localhost", "HOST:PORT"),
+        ("HTTPMaxConnections", 0, "between 1 and 4096"),
+        ("HTTPWorkers", 65, "between 1 and 64"),
+        ("HTTPHeaderTimeout", 0, "seconds"),
         ("EtcdEndpoints", ["10.0.0.1:2379"], "etcd URL"),
         ("EtcdTimeout", 0, "seconds"),
         ("GatewayInterface", "a-very-long-interface-name", "15 bytes"),

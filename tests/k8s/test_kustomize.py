@@ -107,7 +107,8 @@ def test_vpp_overlay_puts_vpp_in_the_vswitch_pod() -> None:
     assert containers["vpp"]["command"][-1] == "/etc/vswitch-cni/vpp.conf"
     api = re.search(r"socksvr \{\s*socket-name (\S+)", data["vpp.conf"])
     assert api is not None
-    cfg = parse(yaml.safe_load(data["agent.yaml"]), env={"NODE_NAME": "n1"})
+    cfg = parse(yaml.safe_load(data["agent.yaml"]),
+                env={"NODE_NAME": "n1", "NODE_IP": "192.168.16.1"})  # the DaemonSet sets both
     assert cfg.vpp_api_socket == api[1] and cfg.dataplane == "vpp"
     env = {e["name"]: e for e in containers["agent"]["env"]}
     assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"

@@ -46,10 +46,14 @@ def config_map() -> dict[str, str]:
 
 
 def test_agent_config_in_the_config_map_loads() -> None:
-    cfg = parse(yaml.safe_load(config_map()["agent.yaml"]), env={"NODE_NAME": "n1"})
+    # the DaemonSet's environment: NODE_NAME and NODE_IP from the downward API
+    cfg = parse(yaml.safe_load(config_map()["agent.yaml"]),
+                env={"NODE_NAME": "n1", "NODE_IP": "192.168.16.1"})
     assert cfg.warnings == ()
     assert cfg.etcd_endpoints == ("http://10.96.0.240:12379",)
     assert cfg.http_host_port[1] == 9999
+    # REST where the kubelet's probes (hostNetwork: the pod IP is the node IP) reach it
+    assert cfg.rest_binds == [("127.0.0.1", 9999), ("192.168.16.1", 9999)]
 
 
 def test_daemonset_probes_use_the_configured_rest_port() -> None:

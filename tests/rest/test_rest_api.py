@@ -96,7 +96,7 @@ def source() -> Source:
 
 @pytest.fixture
 def server(source: Source) -> Iterator[RestServer]:
-    srv = RestServer(("127.0.0.1", 0), source)
+    srv = RestServer([("127.0.0.1", 0)], source)
     srv.start()
     try:
         yield srv
