@@ -89,7 +89,8 @@ def test_the_etcd_tls_example_fits_the_daemonsets_secret() -> None:
     lines = config_map()["agent.yaml"].splitlines()
     example = [ln.replace("# ", "", 1) if ln.lstrip().startswith("# Etcd") else ln
                for ln in lines if not ln.lstrip().startswith("EtcdEndpoints")]
-    tls = parse(yaml.safe_load("\n".join(example)), env={"NODE_NAME": "n1"}).etcd_tls
+    env = {"NODE_NAME": "n1", "NODE_IP": "192.168.16.1"}  # the DaemonSet's downward API
+    tls = parse(yaml.safe_load("\n".join(example)), env=env).etcd_tls
     assert tls is not None
     (ds,) = [d for _, d in documents() if d["kind"] == "DaemonSet"]
     pod = ds["spec"]["template"]["spec"]
