@@ -17,7 +17,6 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
@@ -28,10 +27,12 @@ from agent.api.httpd import Limits
 from agent.api.rest import RestServer
 from agent.app.cluster_side import ClusterSide
 from agent.app.config import AgentConfig
+from agent.app.gauges import register_gauges
+from agent.app.rest_view import AgentView
 from agent.app.wiring import make_dataplane, nat_plan
 from agent.dataplane import Dataplane
 from agent.infra.backoff import retry_unavailable
-from agent.infra.health import PROBE_INTERVAL, Probe
+from agent.infra.health import Probe
 from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
 from agent.lifecycle.pods import PodManager
@@ -39,12 +40,11 @@ from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import ReconcileReport, reconcile
 from agent.linux import hostnat
 from agent.model.errors import CniError, Degraded, NotReady, TryAgainLater
-from agent.model.pod import PodKey
 from agent.state.id_guard import BindingGuard
 from agent.state.journal import DeleteJournal
 from agent.state.node_ids import NodeIdentity
 from agent.state.store import Store
-from ipam import IPAMConfig, NodeNetworks, node_networks
+from ipam import NodeNetworks, node_networks
 from protos import cni_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Agent:
         self.dataplane: Dataplane | None = None
         self.report = ReconcileReport()
         self._ready = threading.Event()
-        self._phase = "starting"  # what start() is doing, the readiness reason until ready
+        self.phase = "starting"  # what start() is doing, the readiness reason until ready
         self._grpc: grpc.Server | None = None
         self._service: CniService | None = None
         self._workers: futures.ThreadPoolExecutor | None = None
@@ -107,7 +107,7 @@ class Agent:
         prepare_socket(cfg.cni_socket)
         self._rest = self._listen()
         self.etcd_probe.start()
-        self._phase = "starting: waiting for etcd"
+        self.phase = "starting: waiting for etcd"
         self.node_id = NodeIdentity(self.store, cfg.node_name, cfg.ipam, cfg.state_dir).acquire(
             wait=STARTUP_WAIT, stopping=self._stopping, on_wait=self._etcd_awaited
         )
@@ -123,7 +123,7 @@ class Agent:
         # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
         # carry refuses the start. The VPP mesh shares the driver's connection.
         self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
-        self._phase = f"starting: setting up the {cfg.dataplane} dataplane"
+        self.phase = f"starting: setting up the {cfg.dataplane} dataplane"
         self._start_dataplane(self.dataplane)
         self.dataplane_probe = Probe("dataplane", self.dataplane.ready)
         self.dataplane_probe.start()
@@ -137,8 +137,8 @@ class Agent:
             self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics, journal=journal,
             records_dir=os.path.join(cfg.state_dir, "pods"),
         )
-        self._register_gauges(pools, journal)
-        self._phase = "starting: reconciling pods"
+        register_gauges(self, pools, journal)
+        self.phase = "starting: reconciling pods"
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
         self.binding = BindingGuard(self.store, cfg.node_name, self.node_id, self.pods)
@@ -158,58 +158,19 @@ class Agent:
 
     def _etcd_awaited(self, exc: TryAgainLater) -> None:
         """Readiness names why etcd is awaited: a TLS failure is no outage to sit out."""
-        self._phase = f"starting: waiting for etcd ({exc})"
+        self.phase = f"starting: waiting for etcd ({exc})"
 
-    def _register_gauges(self, pools: Pools, journal: DeleteJournal) -> None:
-        """The scrape-time gauges (docs/metrics.md)."""
-        m = self.metrics
-        # Every pod holds one address of the first family, so the pool's use counts the pods.
-        m.gauge("vswitch_cni_pods", "Pod attachments on this node.",
-                lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
-        m.gauge("vswitch_cni_pending_deletes", "DELs whose etcd release is still journaled.",
-                lambda: float(len(journal)))
-        pending_links = getattr(self.dataplane, "pending_link_deletes", None)
-        if callable(pending_links):  # the kernel driver deletes DELs' links in the background
-            m.gauge("vswitch_cni_pending_link_deletes",
-                    "Host links of deleted pods (down, unrouted) not deleted yet.",
-                    lambda: float(pending_links()))
-        for key, name, text in (("capacity", "capacity", "Assignable pod addresses"),
-                                ("inUse", "in_use", "Pod addresses in use"),
-                                ("free", "free", "Pod addresses free")):
-            m.labelled(f"vswitch_cni_pool_{name}", f"{text} per family and subnet.",
-                       ("family", "subnet"), _pool_reader(pools, key))
-        m.labelled("vswitch_cni_reconcile_pods", "Outcome of the start-up reconcile per pod.",
-                   ("result",), lambda: reconcile_counts(self.report))
-        # Both from the probes' last answer: a scrape never waits on etcd or the vswitch.
-        m.gauge("vswitch_cni_etcd_up", "1 when etcd answered the agent's last probe (every "
-                f"{PROBE_INTERVAL:g} s).", lambda: float(self.etcd_probe.up))
-        m.labelled("vswitch_cni_dataplane_up", "1 when the vswitch answered the agent's last "
-                   f"probe (every {PROBE_INTERVAL:g} s; VPP: connected and answering).",
-                   ("dataplane",), lambda: [((self.config.dataplane,),
-                                             float(self._dataplane_up()[0]))])
-        m.labelled("vswitch_cni_mesh_nodes", "Remote nodes by mesh state.", ("state",),
-                   self._mesh_counts)
-
-    def _dataplane_up(self) -> tuple[bool, str]:
+    def dataplane_up(self) -> tuple[bool, str]:
         if self.dataplane_probe is None:
             return False, "not started"
         return self.dataplane_probe.state()
-
-    def _mesh_counts(self) -> list[tuple[tuple[str], float]]:
-        counts = dict.fromkeys(("programmed", "failed", "pending"), 0)
-        if self.cluster is not None:
-            for node in self.cluster.snapshot()["nodes"]:
-                state = node.get("mesh", {}).get("state", "pending")
-                if state != "local":
-                    counts[state] = counts.get(state, 0) + 1
-        return [((state,), float(n)) for state, n in sorted(counts.items())]
 
     def _start_dataplane(self, dataplane: Dataplane) -> None:
         """Starts the dataplane, waiting like for etcd while the vswitch is not up yet (in the
         DaemonSet VPP and the agent start together; giving up at once would crash-loop)."""
         def waiting(exc: TryAgainLater, left: float) -> None:
             log.warning("waiting for the %s dataplane: %s", dataplane.name, exc)
-            self._phase = f"starting: waiting for the {dataplane.name} dataplane"
+            self.phase = f"starting: waiting for the {dataplane.name} dataplane"
 
         try:
             retry_unavailable(dataplane.start, STARTUP_WAIT, self._stopping, waiting)
@@ -222,7 +183,7 @@ class Agent:
         cfg = self.config
         limits = Limits(cfg.http_workers, cfg.http_max_connections, cfg.http_header_timeout)
         try:
-            rest = RestServer(cfg.rest_binds, self, limits)
+            rest = RestServer(cfg.rest_binds, AgentView(self), limits)
         except OSError as exc:
             raise StartupError(f"cannot serve REST on HTTPAddress {self.config.http_address}: "
                                f"{exc.strerror or exc}") from exc
@@ -334,7 +295,7 @@ class Agent:
         """Reads state only (the probes' last answers, flags, counters): /readiness and CNI
         STATUS never wait on etcd or the vswitch, however often they are asked."""
         if not self._ready.is_set():
-            return False, "stopping" if self._stopping.is_set() else self._phase
+            return False, "stopping" if self._stopping.is_set() else self.phase
         etcd_up, etcd_reason = self.etcd_probe.state()
         if not etcd_up:
             # a TLS failure names itself; anything else is etcd not answering
@@ -344,7 +305,7 @@ class Agent:
             return False, "this node was removed from the cluster (node remove): restart its agent"
         if self.binding is not None and self.binding.lost:
             return False, self.binding.lost
-        dataplane_up, dataplane_reason = self._dataplane_up()
+        dataplane_up, dataplane_reason = self.dataplane_up()
         if not dataplane_up:
             return False, f"dataplane {self.config.dataplane} not ready: {dataplane_reason}"
         if self.pods is not None and self.pods.pools.exhausted():
@@ -356,86 +317,13 @@ class Agent:
     def _busy(self) -> int:
         return self._service.busy() if self._service is not None else 0
 
+    @property
+    def serving(self) -> bool:
+        """start() has finished and stop() has not begun."""
+        return self._ready.is_set()
+
     def live(self) -> bool:
         return True
-
-    # ---- RestSource ------------------------------------------------------------------------
-
-    @property
-    def node_name(self) -> str:
-        return self.config.node_name
-
-    @property
-    def node_ip(self) -> str:
-        return self.cluster.local.node_ip if self.cluster else self.config.node_ip
-
-    @property
-    def ipam_config(self) -> IPAMConfig:
-        return self.config.ipam
-
-    # The two views read etcd (they show what etcd records, leaks included) through the REST
-    # side's own client, in agent/api/httpd's slow lane: one at a time, a few a second.
-
-    def allocations(self) -> dict[str, dict[str, Any]]:
-        self._started()
-        return self.view_store.list_allocations(self.node_id)
-
-    def pod_records(self) -> list[dict[str, Any]]:
-        self._started()
-        return [r.to_json_dict() for r in self.view_store.list_pods(self.node_id)]
-
-    def pool_usage(self) -> list[dict[str, object]]:
-        return self._started().pools.usage()
-
-    def _started(self) -> PodManager:
-        """The pod manager, or TryAgainLater (REST 503) while start() has not made it yet."""
-        if self.pods is None:
-            raise TryAgainLater(f"the agent is not serving pods yet ({self._phase})")
-        return self.pods
-
-    def metrics_text(self) -> str:
-        return self.metrics.render()
-
-    def mesh_nodes(self) -> dict[str, Any]:
-        if self.cluster is None:
-            reason = "it has no node IP" if self._ready.is_set() else "the agent is starting"
-            raise NotReady(f"this node is not in the node registry: {reason}")
-        return self.cluster.snapshot()
-
-    def check_pod(self, container_id: str, ifname: str) -> dict[str, Any] | None:
-        """A live CHECK of one attachment for operators (read-only: nothing is repaired). It
-        holds that one attachment's lock while it reads etcd and the dataplane (never half an
-        ADD or DEL); the slow lane runs one at a time, a few a second."""
-        return self._started().inspect(PodKey(container_id, ifname))
-
-    def last_reconcile(self) -> dict[str, Any]:
-        return {**self.report.to_json(), "lastRepair": self.repair_report or None}
-
-
-def _pool_reader(pools: Pools, key: str) -> Callable[[], list[tuple[tuple[str, str], float]]]:
-    def read() -> list[tuple[tuple[str, str], float]]:
-        out = []
-        for pool in pools.usage():
-            subnet = str(pool["subnet"])
-            family = "6" if ":" in subnet else "4"
-            out.append(((family, subnet), float(pool[key])))  # type: ignore[arg-type]
-        return out
-
-    return read
-
-
-def reconcile_counts(report: ReconcileReport) -> list[tuple[tuple[str], float]]:
-    """Pods per reconcile outcome (the last reconcile; repairs after a VPP restart not counted)."""
-    counts = {
-        "live": report.live,
-        "removed_unfinished": len(report.removed_unfinished),
-        "removed_dead": len(report.removed_dead),
-        "removed_orphans": len(report.removed_orphans),
-        "repaired": len(report.repaired),
-        "damaged": len(report.damaged),
-        "errors": len(report.errors),
-    }
-    return [((result,), float(n)) for result, n in counts.items()]
 
 
 def prepare_socket(path: str) -> None:

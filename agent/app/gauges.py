@@ -1,0 +1,83 @@
+"""The agent's scrape-time gauges (docs/metrics.md): each reads state the agent holds in memory,
+so a scrape never waits on etcd or the vswitch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from agent.infra.health import PROBE_INTERVAL
+from agent.lifecycle.pools import Pools
+from agent.lifecycle.reconcile import ReconcileReport
+from agent.state.journal import DeleteJournal
+
+if TYPE_CHECKING:  # annotations only: agent.py imports this module
+    from agent.app.agent import Agent
+
+
+def register_gauges(agent: Agent, pools: Pools, journal: DeleteJournal) -> None:
+    """The scrape-time gauges (docs/metrics.md)."""
+    m = agent.metrics
+    # Every pod holds one address of the first family, so the pool's use counts the pods.
+    m.gauge("vswitch_cni_pods", "Pod attachments on this node.",
+            lambda: float(pools.usage()[0]["inUse"]))  # type: ignore[arg-type]
+    m.gauge("vswitch_cni_pending_deletes", "DELs whose etcd release is still journaled.",
+            lambda: float(len(journal)))
+    pending_links = getattr(agent.dataplane, "pending_link_deletes", None)
+    if callable(pending_links):  # the kernel driver deletes DELs' links in the background
+        m.gauge("vswitch_cni_pending_link_deletes",
+                "Host links of deleted pods (down, unrouted) not deleted yet.",
+                lambda: float(pending_links()))
+    for key, name, text in (("capacity", "capacity", "Assignable pod addresses"),
+                            ("inUse", "in_use", "Pod addresses in use"),
+                            ("free", "free", "Pod addresses free")):
+        m.labelled(f"vswitch_cni_pool_{name}", f"{text} per family and subnet.",
+                   ("family", "subnet"), _pool_reader(pools, key))
+    m.labelled("vswitch_cni_reconcile_pods", "Outcome of the start-up reconcile per pod.",
+               ("result",), lambda: reconcile_counts(agent.report))
+    # Both from the probes' last answer: a scrape never waits on etcd or the vswitch.
+    m.gauge("vswitch_cni_etcd_up", "1 when etcd answered the agent's last probe (every "
+            f"{PROBE_INTERVAL:g} s).", lambda: float(agent.etcd_probe.up))
+    m.labelled("vswitch_cni_dataplane_up", "1 when the vswitch answered the agent's last "
+               f"probe (every {PROBE_INTERVAL:g} s; VPP: connected and answering).",
+               ("dataplane",), lambda: [((agent.config.dataplane,),
+                                         float(agent.dataplane_up()[0]))])
+    m.labelled("vswitch_cni_mesh_nodes", "Remote nodes by mesh state.", ("state",),
+               lambda: mesh_counts(agent))
+
+
+def mesh_counts(agent: Agent) -> list[tuple[tuple[str], float]]:
+    """Remote nodes by mesh state."""
+    counts = dict.fromkeys(("programmed", "failed", "pending"), 0)
+    if agent.cluster is not None:
+        for node in agent.cluster.snapshot()["nodes"]:
+            state = node.get("mesh", {}).get("state", "pending")
+            if state != "local":
+                counts[state] = counts.get(state, 0) + 1
+    return [((state,), float(n)) for state, n in sorted(counts.items())]
+
+
+def _pool_reader(pools: Pools, key: str) -> Callable[[], list[tuple[tuple[str, str], float]]]:
+    def read() -> list[tuple[tuple[str, str], float]]:
+        out = []
+        for pool in pools.usage():
+            subnet = str(pool["subnet"])
+            family = "6" if ":" in subnet else "4"
+            out.append(((family, subnet), float(pool[key])))  # type: ignore[arg-type]
+        return out
+
+    return read
+
+
+def reconcile_counts(report: ReconcileReport) -> list[tuple[tuple[str], float]]:
+    """Pods per reconcile outcome (the last reconcile; repairs after a VPP restart not counted)."""
+    counts = {
+        "live": report.live,
+        "removed_unfinished": len(report.removed_unfinished),
+        "removed_dead": len(report.removed_dead),
+        "removed_orphans": len(report.removed_orphans),
+        "repaired": len(report.repaired),
+        "damaged": len(report.damaged),
+        "errors": len(report.errors),
+    }
+    return [((result,), float(n)) for result, n in counts.items()]
