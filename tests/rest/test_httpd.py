@@ -31,7 +31,7 @@ from typing import BinaryIO
 import pytest
 
 from agent.api.httpd import CPU_BURST, MAX_HEAD, Bucket, HttpServer, Limits, Response
-from agent.api.httpd.server import SLOW_QUEUE
+from agent.api.httpd.limits import SLOW_QUEUE
 
 OK = Response(HTTPStatus.OK, "text/plain", b"ok\n")
 

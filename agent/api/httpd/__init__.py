@@ -27,11 +27,12 @@ log). Here what a client can cost is fixed in advance:
   (with the count of the others): a client cannot flood the log, and nothing goes to stderr.
 
 wire.py: request heads in, replies out (pure); budget.py: token buckets and throttled log lines;
-server.py: the event loop and the workers.
+limits.py: the bounds; server.py: the event loop and the workers.
 """
 
 from agent.api.httpd.budget import Bucket
-from agent.api.httpd.server import CPU_BURST, CPU_SHARE, SLOW_RATE, Handler, HttpServer, Limits
+from agent.api.httpd.limits import CPU_BURST, CPU_SHARE, SLOW_RATE, Limits
+from agent.api.httpd.server import Handler, HttpServer
 from agent.api.httpd.wire import JSON_TYPE, MAX_HEAD, Response, error_response
 
 __all__ = [

@@ -12,10 +12,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from http import HTTPStatus
 
 from agent.api.httpd.budget import Bucket, Throttled
+from agent.api.httpd.conn import Conn, listen_on, peer_name
+from agent.api.httpd.limits import (
+    ABORTED,
+    ACCEPT_BATCH,
+    ACCEPT_PAUSE,
+    CPU_BURST,
+    LINGER,
+    LINGER_BYTES,
+    SLOW_QUEUE,
+    SLOW_RATE,
+    Limits,
+)
 from agent.api.httpd.wire import (
     MAX_HEAD,
     BadRequest,
@@ -29,48 +40,8 @@ from agent.api.httpd.wire import (
 
 log = logging.getLogger("agent.api.httpd")
 
-_LINGER = 2.0  # seconds an error reply's connection is drained before closing (see _linger)
-_LINGER_BYTES = 1 << 20  # ... and at most this much of the client's unread request discarded
-_ACCEPT_BATCH = 64  # connections accepted per loop turn: the loop keeps serving the others
-_ACCEPT_PAUSE = 0.1  # seconds a listener is not watched after accept() failed (EMFILE)
-_ABORTED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, TimeoutError)
-SLOW_RATE = 5.0  # slow-lane requests a second (a burst of as many first): an operator's pace
-SLOW_QUEUE = 8  # slow-lane requests waiting or served at once; more are answered 503 at once
-# The share of one core that all REST threads together may use, over time (a burst of CPU_BURST
-# CPU-seconds first). The agent is one Python process: a REST thread that runs holds the GIL the
-# CNI threads need, and an ADD takes the GIL back after each of its many I/O waits, so the time
-# REST holds it adds to every ADD. A tenth of a core is still about 200 scrapes a second, far
-# more than probes and Prometheus ask. Beyond it REST pauses (its clients wait in the kernel's
-# queues) and the CNI path keeps the CPU.
-CPU_SHARE = 0.1
-CPU_BURST = 0.25
-
 Handler = Callable[[str, str], Response]  # (method, request target) -> the reply; never raises
-Job = tuple["_Conn", bytes] | None  # a connection and its request head; None: the worker ends
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one client, and all of them together, may cost (docs/config.md, HTTP* keys)."""
-
-    workers: int = 4
-    max_connections: int = 64
-    header_timeout: float = 5.0
-    cpu_share: float = CPU_SHARE
-
-
-@dataclass(eq=False)
-class _Conn:
-    sock: socket.socket
-    peer: str
-    deadline: float
-    inbuf: bytearray = field(default_factory=bytearray)
-    out: memoryview = field(default_factory=lambda: memoryview(b""))
-    state: str = "reading"  # reading | working (a worker has the head) | writing | lingering
-    keep_alive: bool = True
-    drained: int = 0  # bytes discarded while lingering
-    mask: int = 0  # the selector events watched (0: not registered)
-    slow: bool = False  # its request is in the slow lane
+Job = tuple["Conn", bytes] | None  # a connection and its request head; None: the worker ends
 
 
 class HttpServer:
@@ -85,7 +56,7 @@ class HttpServer:
         self._listeners: list[socket.socket] = []
         try:
             for host, port in addresses:
-                self._listeners.append(_listen(host, port))
+                self._listeners.append(listen_on(host, port))
         except OSError:
             for sock in self._listeners:
                 sock.close()
@@ -94,14 +65,14 @@ class HttpServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._conns: set[_Conn] = set()
+        self._conns: set[Conn] = set()
         self._paused: dict[socket.socket, float] = {}  # listeners not watched until then
         self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._slow_jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._slow_rate = Bucket(SLOW_RATE, SLOW_RATE)
         self._slow_queued = 0  # slow-lane requests queued or being answered (the loop's count)
         self._cpu = Bucket(self.limits.cpu_share, CPU_BURST)
-        self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[Conn, bytes, bool]] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._aborted = Throttled("connection aborted by the client")
@@ -167,7 +138,7 @@ class HttpServer:
         finally:
             self._cpu.take(time.thread_time() - started)
 
-    def _answer(self, conn: _Conn, head: bytes) -> None:
+    def _answer(self, conn: Conn, head: bytes) -> None:
         try:
             request = parse_head(head)
             keep_alive = request.keep_alive
@@ -213,7 +184,7 @@ class HttpServer:
             elif key.data == "wake":
                 self._drain_wake()
             else:
-                conn: _Conn = key.data
+                conn: Conn = key.data
                 if conn in self._conns and events & selectors.EVENT_READ:
                     self._on_readable(conn)
                 if conn in self._conns and events & selectors.EVENT_WRITE:
@@ -221,7 +192,7 @@ class HttpServer:
         self._expire(time.monotonic())
 
     def _accept(self, listener: socket.socket) -> None:
-        for _ in range(_ACCEPT_BATCH):
+        for _ in range(ACCEPT_BATCH):
             try:
                 sock, peer = listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -231,7 +202,7 @@ class HttpServer:
                 # moment (else the loop would spin); the backlog waits meanwhile.
                 self._dropped.note(f"accept failed: {exc}")
                 self._selector.unregister(listener)
-                self._paused[listener] = time.monotonic() + _ACCEPT_PAUSE
+                self._paused[listener] = time.monotonic() + ACCEPT_PAUSE
                 return
             sock.setblocking(False)
             if len(self._conns) >= self.limits.max_connections:
@@ -239,7 +210,7 @@ class HttpServer:
                 self._refuse(sock)
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, _peer(peer), time.monotonic() + self.limits.header_timeout)
+            conn = Conn(sock, peer_name(peer), time.monotonic() + self.limits.header_timeout)
             self._conns.add(conn)
             self._watch(conn, selectors.EVENT_READ)
 
@@ -255,7 +226,7 @@ class HttpServer:
         self._refused_log.note(f"{self.limits.max_connections} connections open, "
                                f"{self.refused} refused so far")
 
-    def _on_readable(self, conn: _Conn) -> None:
+    def _on_readable(self, conn: Conn) -> None:
         """Only `reading` and `lingering` connections are watched for input: while a worker
         answers, the client's next request (pipelined) waits in the kernel."""
         try:
@@ -269,13 +240,13 @@ class HttpServer:
             self._close(conn)
         elif conn.state == "lingering":
             conn.drained += len(chunk)
-            if conn.drained > _LINGER_BYTES:
+            if conn.drained > LINGER_BYTES:
                 self._close(conn)
         else:
             conn.inbuf += chunk
             self._next_request(conn)
 
-    def _next_request(self, conn: _Conn) -> None:
+    def _next_request(self, conn: Conn) -> None:
         """Hands a complete head to the workers, refuses one too long, or waits for more. The
         buffer holds at most MAX_HEAD plus one read."""
         end, sep_len = head_end(conn.inbuf)
@@ -322,14 +293,14 @@ class HttpServer:
             if conn in self._conns:
                 self._reply(conn, data, keep_alive)
 
-    def _reply(self, conn: _Conn, data: bytes, keep_alive: bool) -> None:
+    def _reply(self, conn: Conn, data: bytes, keep_alive: bool) -> None:
         conn.out = memoryview(data)
         conn.keep_alive = keep_alive
         conn.state = "writing"
         conn.deadline = time.monotonic() + self.limits.header_timeout
         self._flush(conn)
 
-    def _flush(self, conn: _Conn) -> None:
+    def _flush(self, conn: Conn) -> None:
         try:
             sent = conn.sock.send(conn.out)
         except (BlockingIOError, InterruptedError):
@@ -349,9 +320,9 @@ class HttpServer:
             if conn.inbuf:
                 self._next_request(conn)  # a pipelined request read with the last one
 
-    def _linger(self, conn: _Conn) -> None:
+    def _linger(self, conn: Conn) -> None:
         """Ends a connection whose reply is written: our side is shut, and what the client still
-        sends is read and dropped until it closes (or _LINGER passes). Closing with unread
+        sends is read and dropped until it closes (or LINGER passes). Closing with unread
         input would make the kernel send a reset, and a reset can destroy the reply before the
         client has read it (an error reply to a request too long is the usual case)."""
         try:
@@ -360,7 +331,7 @@ class HttpServer:
             self._close(conn)
             return
         conn.state = "lingering"
-        conn.deadline = time.monotonic() + _LINGER
+        conn.deadline = time.monotonic() + LINGER
         self._watch(conn, selectors.EVENT_READ)
 
     def _expire(self, now: float) -> None:
@@ -372,14 +343,14 @@ class HttpServer:
                                    f"{self.limits.header_timeout:g} s")
             self._close(conn)
 
-    def _abort(self, conn: _Conn, exc: OSError) -> None:
-        if isinstance(exc, _ABORTED) or exc.errno in (errno.ECONNRESET, errno.EPIPE):
+    def _abort(self, conn: Conn, exc: OSError) -> None:
+        if isinstance(exc, ABORTED) or exc.errno in (errno.ECONNRESET, errno.EPIPE):
             self._aborted.note(f"{conn.peer}: {exc.strerror or exc}")
         else:
             self._dropped.note(f"{conn.peer}: {exc}")
         self._close(conn)
 
-    def _watch(self, conn: _Conn, events: int) -> None:
+    def _watch(self, conn: Conn, events: int) -> None:
         """What the loop waits for on `conn`: READ, WRITE or nothing (0: a worker has it)."""
         if events == conn.mask:
             return
@@ -391,7 +362,7 @@ class HttpServer:
             self._selector.modify(conn.sock, events, conn)
         conn.mask = events
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: Conn) -> None:
         """Forgets the connection; a worker still answering it finds it gone and its reply is
         dropped."""
         self._conns.discard(conn)
@@ -399,25 +370,3 @@ class HttpServer:
             self._selector.unregister(conn.sock)
             conn.mask = 0
         conn.sock.close()
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # "::1" means only that
-        sock.bind((host, port))
-        sock.listen(128)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def _peer(address: object) -> str:
-    if isinstance(address, tuple) and len(address) >= 2:
-        return f"{address[0]}:{address[1]}"
-    return str(address)
