@@ -34,12 +34,12 @@ from pyroute2.netlink import NETLINK_ROUTE
 
 from agent.dataplane import UndoStack
 from agent.dataplane.reaper import LinkReaper
-from agent.linux import netlink, rtdump
+from agent.linux import netlink, nlread
+from agent.linux.nlcodec import RT_SCOPE_LINK
 from agent.model.errors import InvalidConfig
 from agent.model.pod import IPInterface, PodKey, PodNetwork, Wiring
 
 OWNER_PREFIX = "vswitch-cni:"
-SCOPE_LINK = 253
 IFNAMSIZ = 15
 DIGEST_LEN = 11
 
@@ -144,15 +144,15 @@ class KernelDataplane:
         self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
         pod_mac = netlink.mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
-        # Two round trips on one host socket (agent/linux/rtnl): the pair, then its routes; the pod
-        # end stays down until agent/linux/pod_netns configures it (one socket inside the pod).
+        # Two round trips on one host socket (agent/linux/nlwrite): the pair, then its routes; the
+        # pod end stays down until agent/linux/pod_netns configures it (one socket inside the pod).
         with netlink.host_batch() as batch:
             index, host_mac = netlink.add_veth(
                 batch, host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
             )
             undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
             for iface in pod.addresses:
-                batch.replace_route(str(iface.ip), iface.max_prefixlen, index, scope=SCOPE_LINK)
+                batch.replace_route(str(iface.ip), iface.max_prefixlen, index, scope=RT_SCOPE_LINK)
                 dst = f"{iface.ip}/{iface.max_prefixlen}"
                 undo.push(f"delete route {dst}", _route_deleter(dst, index))
             netlink.send(batch, f"routing {pod.key} via {host}")
@@ -181,7 +181,7 @@ class KernelDataplane:
             ]
 
     def _problems(
-        self, nl: rtdump.Reader, pod: PodNetwork, wiring: Wiring, link: rtdump.Link | None
+        self, nl: nlread.Reader, pod: PodNetwork, wiring: Wiring, link: nlread.Link | None
     ) -> list[str]:
         host = wiring.host_ifname
         if link is None:
@@ -239,15 +239,15 @@ def _route_deleter(dst: str, index: int) -> Callable[[], None]:
 
 
 @contextmanager
-def _host_reader() -> Iterator[rtdump.Reader]:
+def _host_reader() -> Iterator[nlread.Reader]:
     """A netlink reader in the calling thread's namespace (the node's)."""
     with netlink.translated("netlink socket"):
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
     with sock:
-        yield rtdump.Reader(sock)
+        yield nlread.Reader(sock)
 
 
-def _link_problems(link: rtdump.Link, host: str, tag: str, mtu: int) -> list[str]:
+def _link_problems(link: nlread.Link, host: str, tag: str, mtu: int) -> list[str]:
     problems: list[str] = []
     if link.alias != tag:
         problems.append(f"host interface {host} owner tag is {link.alias!r}, not {tag!r}")

@@ -36,14 +36,11 @@ from typing import Any
 from pyroute2 import IPRoute, NetlinkError
 
 from agent.linux import netlink
+from agent.linux.nlcodec import NTF_SELF, NUD_NOARP, NUD_PERMANENT, RTNH_F_ONLINK
 from agent.model.errors import DataplaneFailure, InvalidConfig
 from agent.model.node import VXLAN_OVERHEAD, NodeInfo, link_local, vxlan_mac
 
 RTPROT_MESH = 118  # the protocol number on our routes (iproute2: "proto 118")
-RTNH_F_ONLINK = 4
-NUD_PERMANENT = 0x80
-NUD_NOARP = 0x40
-NTF_SELF = 0x02
 LINK_LOCALS = ipaddress.IPv6Network("fe80::2b:0:0/96")  # node.link_local(ID) for every ID
 
 

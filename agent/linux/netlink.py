@@ -35,12 +35,12 @@ from contextlib import contextmanager
 from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink import NETLINK_ROUTE
 
-from agent.linux import rtnl
+from agent.linux import nlwrite
+from agent.linux.nlcodec import IFA_F_NODAD
 from agent.model.errors import CniError, DataplaneFailure, InternalError, InvalidEnvironment
 from agent.model.pod import IPInterface, PodKey
 
 CLONE_NEWNET = 0x40000000
-IFA_F_NODAD = 0x02  # IPv6: skip duplicate address detection
 NS_GET_NSTYPE = 0xB703  # ioctl on a namespace fd: returns its CLONE_NEW* type
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -272,30 +272,31 @@ def mac_from_key(key: PodKey) -> str:
 
 
 @contextmanager
-def host_batch() -> Iterator[rtnl.Batch]:
-    """A batch of raw rtnetlink requests (agent/linux/rtnl) for the calling thread's namespace."""
+def host_batch() -> Iterator[nlwrite.Batch]:
+    """A batch of raw rtnetlink requests (agent/linux/nlwrite) for the calling thread's
+    namespace."""
     with translated("netlink socket"):
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
     with sock:
-        yield rtnl.Batch(sock)
+        yield nlwrite.Batch(sock)
 
 
 @contextmanager
-def pod_batch(netns_path: str) -> Iterator[rtnl.Batch]:
+def pod_batch(netns_path: str) -> Iterator[nlwrite.Batch]:
     """A batch of raw rtnetlink requests for the pod namespace at `netns_path`."""
     with netns_fd(netns_path) as fd:
         sock = _socket_in(fd, netns_path)
     with sock:
-        yield rtnl.Batch(sock)
+        yield nlwrite.Batch(sock)
 
 
 def send(
-    batch: rtnl.Batch, what: str, error: type[CniError] = DataplaneFailure
-) -> dict[int, rtnl.Link]:
+    batch: nlwrite.Batch, what: str, error: type[CniError] = DataplaneFailure
+) -> dict[int, nlwrite.Link]:
     """`batch.send()`; a refused request is `error` naming `what` and that request."""
     try:
         return batch.send()
-    except rtnl.RequestFailed as exc:
+    except nlwrite.RequestFailed as exc:
         raise error(f"{what}: {exc.what}", describe(exc)) from exc
     except OSError as exc:
         raise error(what, describe(exc)) from exc
@@ -322,7 +323,7 @@ def create_veth(
 
 
 def add_veth(
-    batch: rtnl.Batch, host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int,
+    batch: nlwrite.Batch, host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int,
     pod_mac: str | None, alias: str,
 ) -> tuple[int, str]:
     """Creates a veth pair through `batch` (host namespace), the peer directly in `pod_netns`
@@ -349,9 +350,9 @@ def add_veth(
 
 
 def _add_pair(
-    batch: rtnl.Batch, host_ifname: str, mtu: int, pod_ifname: str, fd: int,
+    batch: nlwrite.Batch, host_ifname: str, mtu: int, pod_ifname: str, fd: int,
     pod_mac: str | None, alias: str,
-) -> rtnl.Link:
+) -> nlwrite.Link:
     """Adds the pair; a host end of that name left by an interrupted attempt of the same
     attachment (the name derives from its key) is deleted first. Checking for it only when
     the add fails keeps a lookup off every ADD."""

@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterator
 
 from pyroute2 import IPRoute, NetlinkError
 
-from agent.linux import rtdump, rtnl
+from agent.linux import nlread, nlwrite
 from agent.linux.netlink import (
-    IFA_F_NODAD,
     describe,
     ifindex,
     netns_socket,
@@ -31,13 +30,10 @@ from agent.linux.netlink import (
     send,
     translated,
 )
+from agent.linux.nlcodec import IFA_F_NODAD, IFF_UP, NUD_PERMANENT, RT_SCOPE_LINK, RT_TABLE_MAIN
 from agent.model.errors import InternalError, InvalidEnvironment, PodSideFailure
 from agent.model.pod import IPAddress, PodNetwork
 
-NUD_PERMANENT = 0x80
-SCOPE_LINK = 253
-MAIN_TABLE = 254
-IFF_UP = 0x1
 LOOPBACK_INDEX = 1
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
@@ -81,14 +77,14 @@ def configure(pod: PodNetwork, gateway_mac: str) -> str:
         return link.mac
 
 
-def _route_via(batch: rtnl.Batch, index: int, gateway: IPAddress, gateway_mac: str) -> None:
+def _route_via(batch: nlwrite.Batch, index: int, gateway: IPAddress, gateway_mac: str) -> None:
     batch.replace_neighbor(index, str(gateway), gateway_mac)
     # Each attachment's routes carry its own metric (its interface index), so a second
     # interface of the same pod (same gateway, other device) adds routes next to the first
     # one's instead of replacing them; the older interface keeps the lower metric and so the
     # default route, and deleting either leaves the other's routes in place.
     plen = _host_prefix(gateway)
-    batch.replace_route(str(gateway), plen, index, scope=SCOPE_LINK, priority=index)
+    batch.replace_route(str(gateway), plen, index, scope=RT_SCOPE_LINK, priority=index)
     batch.replace_route(_default(gateway).split("/")[0], 0, index, gateway=str(gateway),
                         priority=index)
 
@@ -97,13 +93,13 @@ def check(pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]:
     """What is wrong with the pod side, in words; empty when all is as configured.
 
     Four netlink requests on one socket made in the pod namespace (the link by name, then dumps
-    of addresses, neighbors and routes, tiny in a pod), read by agent/linux/rtdump: reconcile runs
+    of addresses, neighbors and routes, tiny in a pod), read by agent/linux/nlread: reconcile runs
     this for every live pod, and pyroute2's message objects cost several times the kernel's work."""
     try:
         with netns_socket(pod.netns, socket.AF_NETLINK, socket.SOCK_DGRAM) as sock, translated(
             "reading the pod netns", PodSideFailure
         ):
-            nl = rtdump.Reader(sock)
+            nl = nlread.Reader(sock)
             link = nl.link(pod.key.ifname)
             if link is None:
                 return [f"interface {pod.key.ifname} missing in {pod.netns}"]
@@ -113,7 +109,7 @@ def check(pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]:
 
 
 def _problems(
-    nl: rtdump.Reader, link: rtdump.Link, pod: PodNetwork, gateway_mac: str, pod_mac: str
+    nl: nlread.Reader, link: nlread.Link, pod: PodNetwork, gateway_mac: str, pod_mac: str
 ) -> Iterator[str]:
     name = pod.key.ifname
     if not link.flags & IFF_UP:
@@ -129,14 +125,14 @@ def _problems(
     if not pod.gateways:
         return
     neighbors = [n for n in nl.neighbors(socket.AF_UNSPEC) if n.index == link.index]
-    routes = [r for r in nl.routes(socket.AF_UNSPEC, MAIN_TABLE) if r.oif == link.index]
+    routes = [r for r in nl.routes(socket.AF_UNSPEC, RT_TABLE_MAIN) if r.oif == link.index]
     for gateway in pod.gateways:
         yield from _gateway_problems(neighbors, routes, name, gateway, gateway_mac)
 
 
 def _gateway_problems(
-    neighbors: list[rtdump.Neighbor],
-    routes: list[rtdump.Route],
+    neighbors: list[nlread.Neighbor],
+    routes: list[nlread.Route],
     name: str,
     gateway: IPAddress,
     gateway_mac: str,
@@ -156,7 +152,7 @@ def _gateway_problems(
 
 
 def _is_route(
-    route: rtdump.Route, dst: IPAddress | None, plen: int, gateway: IPAddress | None
+    route: nlread.Route, dst: IPAddress | None, plen: int, gateway: IPAddress | None
 ) -> bool:
     # dst or gateway is set: an IPv4 address never equals an IPv6 one, so families stay apart
     return route.dst_len == plen and route.dst == dst and route.gateway == gateway

@@ -15,10 +15,9 @@ import ipaddress
 from pyroute2 import NetlinkError
 
 from agent.linux import netlink
+from agent.linux.nlcodec import NUD_PERMANENT
 from agent.model.errors import DataplaneFailure
 from agent.model.pod import IPInterface
-
-NUD_PERMANENT = 0x80
 
 
 def ensure_veth_pair(
