@@ -9,8 +9,10 @@ an ifb where the kernel has no dummy driver) so pods can ping their gateway, and
 node-subnet route on it sends traffic to unassigned pod addresses nowhere; the pod resolves its
 gateway to the MAC of its own host veth end (a permanent neighbor set by agent/linux/pod_netns).
 
-"Host namespace" is the network namespace of the calling thread (see agent/linux/netlink): the
+"Host namespace" is the network namespace of the calling thread (see agent/linux/netns): the
 agent runs in the node's, tests run the driver in a thread that entered a test node namespace.
+An ADD's pod namespace comes opened and checked (agent/linux/netns.PodNetns): the peer is created
+in it by its fd.
 
 DEL disables the host end (down: its routes go, the pod end loses its carrier) and leaves the
 slow delete of the pair to a background worker (agent/dataplane/reaper); an ADD first settles a
@@ -35,6 +37,7 @@ from pyroute2.netlink import NETLINK_ROUTE
 from agent.dataplane import UndoStack
 from agent.dataplane.reaper import LinkReaper
 from agent.linux import netlink, nlread
+from agent.linux.netns import PodNetns, using
 from agent.linux.nlcodec import RT_SCOPE_LINK
 from agent.model.errors import InvalidConfig
 from agent.model.pod import IPInterface, PodKey, PodNetwork, Wiring
@@ -139,16 +142,18 @@ class KernelDataplane:
 
     # --- per pod -----------------------------------------------------------------------------
 
-    def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:
+    def attach(
+        self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None = None
+    ) -> Wiring:
         host = self.host_ifname(pod)
         self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
         pod_mac = netlink.mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
         # Two round trips on one host socket (agent/linux/nlwrite): the pair, then its routes; the
         # pod end stays down until agent/linux/pod_netns configures it (one socket inside the pod).
-        with netlink.host_batch() as batch:
+        with netlink.host_batch() as batch, using(pod.netns, netns) as held:
             index, host_mac = netlink.add_veth(
-                batch, host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
+                batch, host, held, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
             )
             undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
             for iface in pod.addresses:

@@ -8,7 +8,9 @@ vswitch need not answer; the gateway is reached through a link-scope route, whic
 
 `configure` uses replace semantics so a retried ADD converges; `remove` undoes it and is
 idempotent (a namespace or interface that is already gone is success). Netlink failures are
-`PodSideFailure`; a bad CNI_NETNS is `InvalidEnvironment` (from agent.netlink).
+`PodSideFailure`; a bad CNI_NETNS is `InvalidEnvironment` (from agent/linux/netns). An ADD hands
+`configure` the namespace it holds open (agent/linux/netns.PodNetns): the batch goes out on the
+request's socket in it, made once.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from agent.linux import nlread, nlwrite
 from agent.linux.netlink import (
     describe,
     ifindex,
-    netns_socket,
     pod_batch,
     pod_ns,
+    pod_reader,
     send,
     translated,
 )
+from agent.linux.netns import PodNetns
 from agent.linux.nlcodec import IFA_F_NODAD, IFF_UP, NUD_PERMANENT, RT_SCOPE_LINK, RT_TABLE_MAIN
 from agent.model.errors import InternalError, InvalidEnvironment, PodSideFailure
 from agent.model.pod import IPAddress, PodNetwork
@@ -50,12 +53,13 @@ def _host_prefix(addr: IPAddress) -> int:
     return 32 if addr.version == 4 else 128
 
 
-def configure(pod: PodNetwork, gateway_mac: str) -> str:
-    """Configures the pod's interface; returns its MAC."""
+def configure(pod: PodNetwork, gateway_mac: str, netns: PodNetns | None = None) -> str:
+    """Configures the pod's interface; returns its MAC. `netns`: the pod's namespace when the
+    caller holds it open already (an ADD), else it is opened here."""
     if not _MAC.fullmatch(gateway_mac):  # it comes from the driver: a bad one is our bug
         raise InternalError(f"gateway_mac {gateway_mac!r} from the dataplane is not a MAC")
     name = pod.key.ifname
-    with pod_batch(pod.netns) as batch:
+    with pod_batch(pod.netns, netns) as batch:
         seq = batch.get_link(name)
         try:
             link = batch.send()[seq]
@@ -96,10 +100,7 @@ def check(pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]:
     of addresses, neighbors and routes, tiny in a pod), read by agent/linux/nlread: reconcile runs
     this for every live pod, and pyroute2's message objects cost several times the kernel's work."""
     try:
-        with netns_socket(pod.netns, socket.AF_NETLINK, socket.SOCK_DGRAM) as sock, translated(
-            "reading the pod netns", PodSideFailure
-        ):
-            nl = nlread.Reader(sock)
+        with pod_reader(pod.netns) as nl, translated("reading the pod netns", PodSideFailure):
             link = nl.link(pod.key.ifname)
             if link is None:
                 return [f"interface {pod.key.ifname} missing in {pod.netns}"]

@@ -4,7 +4,9 @@ Plan: create_veth puts the peer in the pod netns under the asked name with MTU, 
 ends up, for a named netns and a /proc/PID/ns/net path; bad CNI_NETNS values (missing, not a
 namespace) and a taken CNI_IFNAME are InvalidEnvironment naming the variable and leave nothing;
 delete_link is idempotent; mac_from_key is a stable locally administered unicast MAC; pod_ns never
-creates a missing namespace.
+creates a missing namespace; a namespace the request holds open is read through its fd (the same
+identity as by path, and still its own after the path names another namespace), and a held
+namespace is never used for another path.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import pytest
 
 from agent.lifecycle.add_steps import netns_identity, netns_matches
 from agent.linux import netlink
-from agent.model.errors import InvalidEnvironment
+from agent.linux.netns import PodNetns, using
+from agent.model.errors import InternalError, InvalidEnvironment
 from agent.model.pod import PodKey, PodRecord
 from testbed.netns import named_netns, process_netns, run_in, unique
 
@@ -107,3 +110,15 @@ def test_a_namespace_made_again_at_the_same_path_has_another_cookie() -> None:
             again = netns_identity(path)
             assert again.startswith("cookie:") and again != first
             first = again
+
+
+def test_a_held_namespace_is_read_through_its_fd() -> None:
+    with named_netns("tck") as path, PodNetns.open(path) as held:
+        first = netns_identity(path, held)
+        assert first == netns_identity(path) and first.startswith("cookie:")
+        name = path.rsplit("/", 1)[1]
+        subprocess.run(["ip", "netns", "del", name], check=True)
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        assert netns_identity(path, held) == first != netns_identity(path)
+        with pytest.raises(InternalError), using("/var/run/netns/another", held):
+            pass

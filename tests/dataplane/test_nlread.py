@@ -47,8 +47,8 @@ def busy_ns() -> Iterator[str]:
 
 @pytest.fixture
 def reader(busy_ns: str) -> Iterator[nlread.Reader]:
-    with netlink.netns_socket(busy_ns, socket.AF_NETLINK, socket.SOCK_DGRAM) as sock:
-        yield nlread.Reader(sock)
+    with netlink.pod_reader(busy_ns) as reader:
+        yield reader
 
 
 def test_links_match_pyroute2(busy_ns: str, reader: nlread.Reader) -> None:

@@ -15,6 +15,7 @@ import json
 import pytest
 
 from agent.linux import netlink, nlcodec, nlwrite
+from agent.linux.netns import PodNetns
 from testbed.netns import named_netns, run_in
 
 
@@ -26,9 +27,9 @@ def link(netns: str, name: str) -> dict[str, object]:
 
 
 def test_a_batch_creates_tags_and_reads_back_a_veth_in_one_go() -> None:
-    with named_netns("trh") as host, named_netns("trp") as pod, netlink.netns_fd(pod) as fd:
+    with named_netns("trh") as host, named_netns("trp") as pod, PodNetns.open(pod) as netns:
         with netlink.pod_batch(host) as batch:
-            batch.add_veth("trh0", 1400, "eth0", fd, "02:00:00:00:00:07")
+            batch.add_veth("trh0", 1400, "eth0", netns.fd, "02:00:00:00:00:07")
             batch.set_link("trh0", alias="vswitch-cni:test:eth0")
             seq = batch.get_link("trh0")
             read = batch.send()[seq]
