@@ -25,14 +25,8 @@ a lock.
 
 from __future__ import annotations
 
-import errno
-import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-
-from pyroute2 import IPRoute, NetlinkError
-from pyroute2.netlink import NETLINK_ROUTE
+from collections.abc import Callable, Sequence
 
 from agent.dataplane import UndoStack
 from agent.dataplane.reaper import LinkReaper
@@ -47,7 +41,7 @@ IFNAMSIZ = 15
 DIGEST_LEN = 11
 
 
-ALIAS_MAX = 254  # IFLA_IFALIAS: at most IFALIASZ - 1 = 255 bytes, and pyroute2 sends the NUL
+ALIAS_MAX = 254  # IFLA_IFALIAS: at most IFALIASZ - 1 = 255 bytes, and the NUL is sent too
 
 
 def owner_tag(pod: PodNetwork) -> str:
@@ -101,28 +95,17 @@ class KernelDataplane:
 
     def start(self) -> None:
         with self._start_lock:
-            with netlink.host_ns() as ipr, netlink.translated("setting up the gateway interface"):
-                index = self._gateway_link(ipr)
+            with netlink.host_session() as links, netlink.translated(
+                "setting up the gateway interface"
+            ):
+                index = links.ifindex(self.gateway_ifname)
+                if index is None:
+                    index = links.add_dummy(self.gateway_ifname)
                 for gw in self.gateways:
-                    netlink.add_address(ipr, index, gw)
-                ipr.link("set", index=index, state="up")
+                    links.add_address(index, gw)
+                links.set_link(index, up=True)
             netlink.enable_forwarding({gw.version for gw in self.gateways})
             self._started = True
-
-    def _gateway_link(self, ipr: IPRoute) -> int:
-        index = netlink.ifindex(ipr, self.gateway_ifname)
-        if index is not None:
-            return index
-        try:
-            ipr.link("add", ifname=self.gateway_ifname, kind="dummy")
-        except NetlinkError as exc:
-            if exc.code != errno.EOPNOTSUPP:
-                raise
-            # kernels built without the dummy driver: an ifb behaves the same for us
-            ipr.link("add", ifname=self.gateway_ifname, kind="ifb")
-        index = netlink.ifindex(ipr, self.gateway_ifname)
-        assert index is not None
-        return index
 
     def ready(self) -> bool:
         if not self._started:
@@ -172,13 +155,13 @@ class KernelDataplane:
 
     def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
         host = wiring.host_ifname
-        with _host_reader() as nl, netlink.translated(f"checking {host}"):
+        with netlink.host_reader() as nl, netlink.translated(f"checking {host}"):
             return self._problems(nl, pod, wiring, nl.link(host))
 
     def check_many(self, pods: Sequence[tuple[PodNetwork, Wiring]]) -> list[list[str]]:
         """`check` of many pods on one socket: one dump of the host's links instead of a
         lookup per pod, then the same comparisons (reconcile after a restart)."""
-        with _host_reader() as nl, netlink.translated("checking the pods' host interfaces"):
+        with netlink.host_reader() as nl, netlink.translated("checking the pods' host interfaces"):
             links = {link.name: link for link in nl.links()}
             return [
                 self._problems(nl, pod, wiring, links.get(wiring.host_ifname))
@@ -222,7 +205,7 @@ class KernelDataplane:
 
     def owned(self) -> dict[str, str]:
         retired = self.reaper.names()  # a DEL's link on its way out is nobody's orphan
-        with _host_reader() as nl, netlink.translated("listing links"):
+        with netlink.host_reader() as nl, netlink.translated("listing links"):
             return {
                 link.name: link.alias
                 for link in nl.links()
@@ -233,23 +216,10 @@ class KernelDataplane:
 
 def _route_deleter(dst: str, index: int) -> Callable[[], None]:
     def undo() -> None:
-        with netlink.host_ns() as ipr:
-            try:
-                ipr.route("del", dst=dst, oif=index)
-            except NetlinkError as exc:
-                if exc.code not in (errno.ESRCH, errno.ENODEV, errno.ENOENT):
-                    raise
+        with netlink.host_session() as links:
+            links.delete_route(dst, index)  # gone already (with its link): fine
 
     return undo
-
-
-@contextmanager
-def _host_reader() -> Iterator[nlread.Reader]:
-    """A netlink reader in the calling thread's namespace (the node's)."""
-    with netlink.translated("netlink socket"):
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
-    with sock:
-        yield nlread.Reader(sock)
 
 
 def _link_problems(link: nlread.Link, host: str, tag: str, mtu: int) -> list[str]:

@@ -1,5 +1,5 @@
-"""Netlink for the rest of the agent (pyroute2 and raw): sockets per namespace, the host's links,
-and the one translation of netlink errors into ours (no shell-outs).
+"""Netlink for the rest of the agent: sockets and sessions per namespace, the host's links, and
+the one translation of netlink errors into ours (no shell-outs).
 
 This is the one place where pyroute2's NetlinkError and the OSErrors of raw netlink become
 `agent.model.errors`: a refused netlink request is the error class the caller names
@@ -8,8 +8,8 @@ path the runtime gave that does not exist or is no pod's network namespace is al
 `InvalidEnvironment` naming CNI_NETNS when agent/linux/netns opens it.
 
 "Host" is the calling thread's own namespace (see agent/linux/netns). Every helper opens its own
-short-lived socket or pyroute2 `IPRoute` (which must stay in the thread that made it); an ADD's
-pod namespace comes as the request's `PodNetns`, opened once.
+short-lived socket or pyroute2 session (an `IPRoute` must stay in the thread that made it); an
+ADD's pod namespace comes as the request's `PodNetns`, opened once.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pyroute2 import IPRoute, NetlinkError
+from pyroute2 import NetlinkError
 
 from agent.linux import nlread, nlwrite
+from agent.linux.iproute import Session
 from agent.linux.netns import PodNetns, using
-from agent.linux.nlcodec import IFA_F_NODAD
 from agent.model.errors import CniError, DataplaneFailure, InvalidEnvironment
-from agent.model.pod import IPInterface, PodKey
+from agent.model.pod import PodKey
 
 
 def netlink_code(exc: BaseException) -> int | None:
@@ -67,37 +67,12 @@ def _host_socket() -> socket.socket:
 
 
 @contextmanager
-def host_ns() -> Iterator[IPRoute]:
-    """An IPRoute in the calling thread's own network namespace (the node's)."""
+def host_session() -> Iterator[Session]:
+    """A pyroute2 session (agent/linux/iproute) in the calling thread's namespace."""
     with translated("netlink socket"):
-        ipr = IPRoute()
-    try:
-        yield ipr
-    finally:
-        ipr.close()
-
-
-@contextmanager
-def pod_ns(netns_path: str) -> Iterator[IPRoute]:
-    """An IPRoute bound to the network namespace at `netns_path` (never created if missing)."""
-    with PodNetns.open(netns_path) as netns:
-        sock = netns.socket(socket.AF_NETLINK, socket.SOCK_DGRAM)
-    try:
-        ipr = IPRoute(use_socket=sock)
-    except BaseException:
-        sock.close()
-        raise
-    try:
-        yield ipr
-    finally:
-        ipr.close()
-        sock.close()
-
-
-def ifindex(ipr: IPRoute, ifname: str) -> int | None:
-    """The index of `ifname` in the namespace of `ipr`, or None when there is no such link."""
-    found = ipr.link_lookup(ifname=ifname)
-    return int(found[0]) if found else None
+        session = Session.host()
+    with session:
+        yield session
 
 
 @contextmanager
@@ -114,6 +89,13 @@ def pod_batch(netns_path: str, held: PodNetns | None = None) -> Iterator[nlwrite
     request's socket in it when the request holds the namespace (`held`)."""
     with using(netns_path, held) as netns:
         yield nlwrite.Batch(netns.route_socket())
+
+
+@contextmanager
+def host_reader() -> Iterator[nlread.Reader]:
+    """Raw reads (agent/linux/nlread) in the calling thread's namespace (the node's)."""
+    with _host_socket() as sock:
+        yield nlread.Reader(sock)
 
 
 @contextmanager
@@ -244,14 +226,8 @@ def _no_dad(ifname: str) -> None:
 
 def delete_link(ifname: str) -> bool:
     """Deletes `ifname` in the host namespace; False when it did not exist."""
-    with host_ns() as ipr, translated(f"deleting link {ifname}"):
-        try:
-            ipr.link("del", ifname=ifname)
-        except NetlinkError as exc:
-            if exc.code == errno.ENODEV:
-                return False
-            raise
-    return True
+    with host_session() as links, translated(f"deleting link {ifname}"):
+        return links.delete_link_named(ifname)
 
 
 def disable_link(ifname: str) -> bool:
@@ -270,38 +246,15 @@ def disable_link(ifname: str) -> bool:
 
 def link_exists(ifname: str) -> bool:
     """True when a link named `ifname` exists in the host namespace."""
-    with host_ns() as ipr, translated(f"looking up link {ifname}"):
-        return ifindex(ipr, ifname) is not None
+    with host_session() as links, translated(f"looking up link {ifname}"):
+        return links.ifindex(ifname) is not None
 
 
 def links_with_alias_prefix(prefix: str) -> dict[str, str]:
     """Host-namespace links whose IFLA_IFALIAS starts with `prefix`, as {ifname: alias}."""
-    found: dict[str, str] = {}
-    with host_ns() as ipr, translated("listing links"):
-        for link in ipr.get_links():
-            alias = link.get_attr("IFLA_IFALIAS")
-            if alias and str(alias).startswith(prefix):
-                found[str(link.get_attr("IFLA_IFNAME"))] = str(alias)
-    return found
-
-
-def add_address(ipr: IPRoute, index: int, iface: IPInterface) -> None:
-    """Adds an address; an address already in place is fine (retries and restarts find it).
-
-    IPv6 addresses skip duplicate address detection: they are usable at once, and IPAM already
-    guarantees uniqueness.
-    """
-    try:
-        ipr.addr(
-            "add",
-            index=index,
-            address=str(iface.ip),
-            prefixlen=iface.network.prefixlen,
-            flags=IFA_F_NODAD if iface.version == 6 else 0,
-        )
-    except NetlinkError as exc:
-        if exc.code != errno.EEXIST:
-            raise
+    with host_reader() as reader, translated("listing links"):
+        return {link.name: link.alias for link in reader.links()
+                if link.alias and link.alias.startswith(prefix)}
 
 
 FORWARDING = {4: "/proc/sys/net/ipv4/ip_forward", 6: "/proc/sys/net/ipv6/conf/all/forwarding"}

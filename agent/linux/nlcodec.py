@@ -1,7 +1,7 @@
 """The rtnetlink wire format, defined once: message layouts, attributes and constants.
 
 The raw writes (agent/linux/nlwrite) and the raw reads (agent/linux/nlread) both speak it; nothing
-else packs or unpacks netlink bytes (pyroute2, for the rest, has its own codec).
+else packs or unpacks netlink bytes (pyroute2, behind agent/linux/iproute, has its own codec).
 Names and values are the kernel's (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h,
 linux/if_addr.h, linux/neighbour.h, linux/veth.h), so a reader can check them against the
 headers. Layouts use native byte order ("=") and the headers' field widths: ifaddrmsg's

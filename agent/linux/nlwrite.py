@@ -10,8 +10,8 @@ own acknowledgement, and goes on after a failed one. `Batch.send` returns once e
 acknowledged and raises the first failure as RequestFailed (an OSError; agent/linux/netlink
 translates it).
 
-Only the few request kinds the ADD needs are here; everything else keeps using pyroute2 (its
-IPRoute objects read the same kernel state).
+Only the few request kinds the ADD needs are here; the slow paths use pyroute2
+(agent/linux/iproute), which reads the same kernel state.
 """
 
 from __future__ import annotations

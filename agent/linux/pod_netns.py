@@ -18,20 +18,11 @@ from __future__ import annotations
 import errno
 import re
 import socket
-from collections.abc import Callable, Iterator
-
-from pyroute2 import IPRoute, NetlinkError
+from collections.abc import Iterator
 
 from agent.linux import nlread, nlwrite
-from agent.linux.netlink import (
-    describe,
-    ifindex,
-    pod_batch,
-    pod_ns,
-    pod_reader,
-    send,
-    translated,
-)
+from agent.linux.iproute import Session
+from agent.linux.netlink import describe, pod_batch, pod_reader, send, translated
 from agent.linux.netns import PodNetns
 from agent.linux.nlcodec import IFA_F_NODAD, IFF_UP, NUD_PERMANENT, RT_SCOPE_LINK, RT_TABLE_MAIN
 from agent.model.errors import InternalError, InvalidEnvironment, PodSideFailure
@@ -39,10 +30,6 @@ from agent.model.pod import IPAddress, PodNetwork
 
 LOOPBACK_INDEX = 1
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
-
-
-def _family(addr: IPAddress) -> int:
-    return socket.AF_INET if addr.version == 4 else socket.AF_INET6
 
 
 def _default(addr: IPAddress) -> str:
@@ -162,37 +149,26 @@ def _is_route(
 def remove(pod: PodNetwork) -> None:
     """Undoes `configure` (routes, neighbors, addresses, link down). Idempotent."""
     try:
-        with pod_ns(pod.netns) as ipr, translated(f"cleaning {pod.key} in the pod", PodSideFailure):
-            index = ifindex(ipr, pod.key.ifname)
+        with Session.pod(pod.netns) as links, translated(
+            f"cleaning {pod.key} in the pod", PodSideFailure
+        ):
+            index = links.ifindex(pod.key.ifname)
             if index is None:
                 return
             for gateway in pod.gateways:
-                _forget_gateway(ipr, index, gateway)
+                _forget_gateway(links, index, gateway)
             for iface in pod.addresses:
-                _ignore_absent(
-                    ipr.addr,
-                    "del",
-                    index=index,
-                    address=str(iface.ip),
-                    prefixlen=iface.network.prefixlen,
-                )
-            ipr.link("set", index=index, state="down")
+                links.delete_address(index, iface)
+            links.set_link(index, up=False)
     except InvalidEnvironment:
         return  # the namespace is gone: nothing of the pod side is left
 
 
-def _forget_gateway(ipr: IPRoute, index: int, gateway: IPAddress) -> None:
-    family = _family(gateway)
-    _ignore_absent(ipr.route, "del", dst=_default(gateway), oif=index, family=family)
-    _ignore_absent(
-        ipr.route, "del", dst=f"{gateway}/{_host_prefix(gateway)}", oif=index, family=family
-    )
-    _ignore_absent(ipr.neigh, "del", dst=str(gateway), ifindex=index, family=family)
+def _forget_gateway(links: Session, index: int, gateway: IPAddress) -> None:
+    links.delete_route(_default(gateway), index, family=_family(gateway))
+    links.delete_route(f"{gateway}/{_host_prefix(gateway)}", index, family=_family(gateway))
+    links.delete_neighbor(index, str(gateway))
 
 
-def _ignore_absent(call: Callable[..., object], *args: object, **kwargs: object) -> None:
-    try:
-        call(*args, **kwargs)
-    except NetlinkError as exc:
-        if exc.code not in (errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL, errno.ENODEV):
-            raise
+def _family(addr: IPAddress) -> int:
+    return socket.AF_INET if addr.version == 4 else socket.AF_INET6

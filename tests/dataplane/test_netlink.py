@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from agent.lifecycle.add_steps import netns_identity, netns_matches
-from agent.linux import netlink
+from agent.linux import iproute, netlink
 from agent.linux.netns import PodNetns, using
 from agent.model.errors import InternalError, InvalidEnvironment
 from agent.model.pod import PodKey, PodRecord
@@ -29,7 +29,7 @@ def test_veth_into_named_netns(node_ns: str, pod_netns: str) -> None:
     mac = netlink.mac_from_key(PodKey("c1", "eth0"))
     index, host_mac = netlink.create_veth(host, pod_netns, "eth0", 1400, mac, "vswitch-cni:c1:eth0")
     assert index > 0 and len(host_mac) == 17
-    with netlink.pod_ns(pod_netns) as ipr:
+    with iproute.pod_ns(pod_netns) as ipr:
         link = ipr.link("get", ifname="eth0")[0]
         assert link.get_attr("IFLA_ADDRESS") == mac
         assert link.get_attr("IFLA_MTU") == 1400
@@ -54,7 +54,7 @@ def test_missing_netns_is_invalid_environment_and_not_created(node_ns: str) -> N
     with pytest.raises(InvalidEnvironment, match=r"CNI_NETNS .* does not exist") as err:
         netlink.create_veth(unique("th"), missing, "eth0", 1500, None, "x")
     assert err.value.code == 4
-    with pytest.raises(InvalidEnvironment), netlink.pod_ns(missing):
+    with pytest.raises(InvalidEnvironment), iproute.pod_ns(missing):
         pass
     assert not os.path.exists(missing)
     assert netlink.links_with_alias_prefix("") == {}

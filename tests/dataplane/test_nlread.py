@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.linux import netlink, nlread
+from agent.linux import iproute, netlink, nlread
 from testbed.netns import named_netns, run_in
 
 PAIRS = 60
@@ -26,7 +26,7 @@ PAIRS = 60
 @pytest.fixture
 def busy_ns() -> Iterator[str]:
     with named_netns("trd") as ns:
-        with netlink.pod_ns(ns) as ipr:
+        with iproute.pod_ns(ns) as ipr:
             for i in range(PAIRS):
                 ipr.link("add", ifname=f"a{i}", kind="veth", peer={"ifname": f"b{i}"})
         commands = [
@@ -52,7 +52,7 @@ def reader(busy_ns: str) -> Iterator[nlread.Reader]:
 
 
 def test_links_match_pyroute2(busy_ns: str, reader: nlread.Reader) -> None:
-    with netlink.pod_ns(busy_ns) as ipr:
+    with iproute.pod_ns(busy_ns) as ipr:
         theirs = {
             m["index"]: (m.get_attr("IFLA_IFNAME"), m["flags"], m.get_attr("IFLA_MTU"),
                          m.get_attr("IFLA_ADDRESS"), m.get_attr("IFLA_OPERSTATE"),
@@ -74,7 +74,7 @@ def _ours(address: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool
 
 
 def test_addresses_neighbors_routes_match_pyroute2(busy_ns: str, reader: nlread.Reader) -> None:
-    with netlink.pod_ns(busy_ns) as ipr:
+    with iproute.pod_ns(busy_ns) as ipr:
         addrs = {(a["index"], ipaddress.ip_address(a.get_attr("IFA_ADDRESS")), a["prefixlen"])
                  for a in ipr.get_addr()}
         neigh = {(n["ifindex"], ipaddress.ip_address(n.get_attr("NDA_DST")),
