@@ -21,7 +21,6 @@ import grpc
 from agent import __version__
 from agent.infra import logs
 from agent.lifecycle.pods import PodManager
-from agent.linux.netlink import check_pod_netns
 from agent.model.errors import CniError, InternalError, InvalidConfig
 from agent.model.pod import PodKey, PodRecord
 from agent.model.request import (
@@ -150,8 +149,6 @@ class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ig
 
     def _add(self, request: cni_pb2.CNIRequest) -> cni_pb2.CNIReply:
         req = self._request("ADD", request)
-        # Before any lock or address is taken: a FIFO here once held both for ever.
-        check_pod_netns(req.netns)
         return result_reply(self.pods.add(req), req.cni_version)
 
     def _delete(self, request: cni_pb2.CNIRequest) -> cni_pb2.CNIReply:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from agent.linux.netns import PodNetns
 from agent.model.pod import PodKey, PodNetwork, Wiring
 
 
@@ -48,9 +49,14 @@ class Dataplane(Protocol):
     def start(self) -> None:
         """Base configuration of the vswitch (VRFs, gateway, host interconnect). Idempotent."""
 
-    def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:
+    def attach(
+        self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None = None
+    ) -> Wiring:
         """Creates the pod's interface (named pod.key.ifname inside pod.netns) and the host side.
 
+        `netns`: pod.netns as the request holds it open and checked (an ADD); a driver that
+        works in the namespace itself uses it instead of opening the path again. None: the
+        driver opens the path where it needs it (repair, tests).
         Raises a CniError subclass; every completed step is on `undo`.
         """
         ...

@@ -9,8 +9,10 @@ an ifb where the kernel has no dummy driver) so pods can ping their gateway, and
 node-subnet route on it sends traffic to unassigned pod addresses nowhere; the pod resolves its
 gateway to the MAC of its own host veth end (a permanent neighbor set by agent/linux/pod_netns).
 
-"Host namespace" is the network namespace of the calling thread (see agent/linux/netlink): the
+"Host namespace" is the network namespace of the calling thread (see agent/linux/netns): the
 agent runs in the node's, tests run the driver in a thread that entered a test node namespace.
+An ADD's pod namespace comes opened and checked (agent/linux/netns.PodNetns): the peer is created
+in it by its fd.
 
 DEL disables the host end (down: its routes go, the pod end loses its carrier) and leaves the
 slow delete of the pair to a background worker (agent/dataplane/reaper); an ADD first settles a
@@ -23,28 +25,23 @@ a lock.
 
 from __future__ import annotations
 
-import errno
-import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-
-from pyroute2 import IPRoute, NetlinkError
-from pyroute2.netlink import NETLINK_ROUTE
+from collections.abc import Callable, Sequence
 
 from agent.dataplane import UndoStack
 from agent.dataplane.reaper import LinkReaper
-from agent.linux import netlink, rtdump
+from agent.linux import netlink, nlread
+from agent.linux.netns import PodNetns, using
+from agent.linux.nlcodec import RT_SCOPE_LINK
 from agent.model.errors import InvalidConfig
 from agent.model.pod import IPInterface, PodKey, PodNetwork, Wiring
 
 OWNER_PREFIX = "vswitch-cni:"
-SCOPE_LINK = 253
 IFNAMSIZ = 15
 DIGEST_LEN = 11
 
 
-ALIAS_MAX = 254  # IFLA_IFALIAS: at most IFALIASZ - 1 = 255 bytes, and pyroute2 sends the NUL
+ALIAS_MAX = 254  # IFLA_IFALIAS: at most IFALIASZ - 1 = 255 bytes, and the NUL is sent too
 
 
 def owner_tag(pod: PodNetwork) -> str:
@@ -98,28 +95,17 @@ class KernelDataplane:
 
     def start(self) -> None:
         with self._start_lock:
-            with netlink.host_ns() as ipr, netlink.translated("setting up the gateway interface"):
-                index = self._gateway_link(ipr)
+            with netlink.host_session() as links, netlink.translated(
+                "setting up the gateway interface"
+            ):
+                index = links.ifindex(self.gateway_ifname)
+                if index is None:
+                    index = links.add_dummy(self.gateway_ifname)
                 for gw in self.gateways:
-                    netlink.add_address(ipr, index, gw)
-                ipr.link("set", index=index, state="up")
+                    links.add_address(index, gw)
+                links.set_link(index, up=True)
             netlink.enable_forwarding({gw.version for gw in self.gateways})
             self._started = True
-
-    def _gateway_link(self, ipr: IPRoute) -> int:
-        index = netlink.ifindex(ipr, self.gateway_ifname)
-        if index is not None:
-            return index
-        try:
-            ipr.link("add", ifname=self.gateway_ifname, kind="dummy")
-        except NetlinkError as exc:
-            if exc.code != errno.EOPNOTSUPP:
-                raise
-            # kernels built without the dummy driver: an ifb behaves the same for us
-            ipr.link("add", ifname=self.gateway_ifname, kind="ifb")
-        index = netlink.ifindex(ipr, self.gateway_ifname)
-        assert index is not None
-        return index
 
     def ready(self) -> bool:
         if not self._started:
@@ -139,20 +125,22 @@ class KernelDataplane:
 
     # --- per pod -----------------------------------------------------------------------------
 
-    def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:
+    def attach(
+        self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None = None
+    ) -> Wiring:
         host = self.host_ifname(pod)
         self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
         pod_mac = netlink.mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
-        # Two round trips on one host socket (agent/linux/rtnl): the pair, then its routes; the pod
-        # end stays down until agent/linux/pod_netns configures it (one socket inside the pod).
-        with netlink.host_batch() as batch:
+        # Two round trips on one host socket (agent/linux/nlwrite): the pair, then its routes; the
+        # pod end stays down until agent/linux/pod_netns configures it (one socket inside the pod).
+        with netlink.host_batch() as batch, using(pod.netns, netns) as held:
             index, host_mac = netlink.add_veth(
-                batch, host, pod.netns, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
+                batch, host, held, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
             )
             undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
             for iface in pod.addresses:
-                batch.replace_route(str(iface.ip), iface.max_prefixlen, index, scope=SCOPE_LINK)
+                batch.replace_route(str(iface.ip), iface.max_prefixlen, index, scope=RT_SCOPE_LINK)
                 dst = f"{iface.ip}/{iface.max_prefixlen}"
                 undo.push(f"delete route {dst}", _route_deleter(dst, index))
             netlink.send(batch, f"routing {pod.key} via {host}")
@@ -167,13 +155,13 @@ class KernelDataplane:
 
     def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
         host = wiring.host_ifname
-        with _host_reader() as nl, netlink.translated(f"checking {host}"):
+        with netlink.host_reader() as nl, netlink.translated(f"checking {host}"):
             return self._problems(nl, pod, wiring, nl.link(host))
 
     def check_many(self, pods: Sequence[tuple[PodNetwork, Wiring]]) -> list[list[str]]:
         """`check` of many pods on one socket: one dump of the host's links instead of a
         lookup per pod, then the same comparisons (reconcile after a restart)."""
-        with _host_reader() as nl, netlink.translated("checking the pods' host interfaces"):
+        with netlink.host_reader() as nl, netlink.translated("checking the pods' host interfaces"):
             links = {link.name: link for link in nl.links()}
             return [
                 self._problems(nl, pod, wiring, links.get(wiring.host_ifname))
@@ -181,7 +169,7 @@ class KernelDataplane:
             ]
 
     def _problems(
-        self, nl: rtdump.Reader, pod: PodNetwork, wiring: Wiring, link: rtdump.Link | None
+        self, nl: nlread.Reader, pod: PodNetwork, wiring: Wiring, link: nlread.Link | None
     ) -> list[str]:
         host = wiring.host_ifname
         if link is None:
@@ -217,7 +205,7 @@ class KernelDataplane:
 
     def owned(self) -> dict[str, str]:
         retired = self.reaper.names()  # a DEL's link on its way out is nobody's orphan
-        with _host_reader() as nl, netlink.translated("listing links"):
+        with netlink.host_reader() as nl, netlink.translated("listing links"):
             return {
                 link.name: link.alias
                 for link in nl.links()
@@ -228,26 +216,13 @@ class KernelDataplane:
 
 def _route_deleter(dst: str, index: int) -> Callable[[], None]:
     def undo() -> None:
-        with netlink.host_ns() as ipr:
-            try:
-                ipr.route("del", dst=dst, oif=index)
-            except NetlinkError as exc:
-                if exc.code not in (errno.ESRCH, errno.ENODEV, errno.ENOENT):
-                    raise
+        with netlink.host_session() as links:
+            links.delete_route(dst, index)  # gone already (with its link): fine
 
     return undo
 
 
-@contextmanager
-def _host_reader() -> Iterator[rtdump.Reader]:
-    """A netlink reader in the calling thread's namespace (the node's)."""
-    with netlink.translated("netlink socket"):
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
-    with sock:
-        yield rtdump.Reader(sock)
-
-
-def _link_problems(link: rtdump.Link, host: str, tag: str, mtu: int) -> list[str]:
+def _link_problems(link: nlread.Link, host: str, tag: str, mtu: int) -> list[str]:
     problems: list[str] = []
     if link.alias != tag:
         problems.append(f"host interface {host} owner tag is {link.alias!r}, not {tag!r}")

@@ -24,27 +24,26 @@ above it is refused (`check_mtu`). Runs in the calling thread's namespace, like 
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import socket
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from pyroute2 import IPRoute, NetlinkError
-
 from agent.linux import netlink
+from agent.linux.iproute import Session, Vxlan
+from agent.linux.nlcodec import NUD_PERMANENT
 from agent.model.errors import DataplaneFailure, InvalidConfig
 from agent.model.node import VXLAN_OVERHEAD, NodeInfo, link_local, vxlan_mac
 
 RTPROT_MESH = 118  # the protocol number on our routes (iproute2: "proto 118")
-RTNH_F_ONLINK = 4
-NUD_PERMANENT = 0x80
-NUD_NOARP = 0x40
-NTF_SELF = 0x02
 LINK_LOCALS = ipaddress.IPv6Network("fe80::2b:0:0/96")  # node.link_local(ID) for every ID
+
+
+Deleter = Callable[[], bool]  # deletes one mesh object; False: it was gone already
 
 
 @dataclass(frozen=True)
@@ -80,19 +79,12 @@ class KernelMesh:
 
     def uplink(self, local: NodeInfo) -> Uplink | None:
         """The interface holding the node IP, or None when no interface holds it."""
-        family = socket.AF_INET6 if ":" in local.node_ip else socket.AF_INET
-        with netlink.host_ns() as ipr, netlink.translated("finding the uplink"):
-            for addr in ipr.get_addr(family=family):
-                # IFA_LOCAL is the own address (IFA_ADDRESS: the peer's, on point-to-point)
-                if (addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS")) == local.node_ip:
-                    link = ipr.link("get", index=addr["index"])[0]
-                    return Uplink(
-                        int(addr["index"]),
-                        str(link.get_attr("IFLA_IFNAME")),
-                        int(link.get_attr("IFLA_MTU")),
-                        str(link.get_attr("IFLA_ADDRESS")),
-                    )
-        return None
+        with netlink.host_session() as links, netlink.translated("finding the uplink"):
+            index = links.index_with_address(local.node_ip)
+            if index is None:
+                return None
+            link = links.link(index)
+            return Uplink(index, link.name, link.mtu, link.mac)
 
     def overhead(self, local: NodeInfo) -> int:
         return 0 if self.l2 else VXLAN_OVERHEAD[ipaddress.ip_address(local.node_ip).version]
@@ -111,83 +103,58 @@ class KernelMesh:
                 f"set MTUSize to at most {room}, or raise the uplink's MTU",
             )
 
-    def _device(self, ipr: IPRoute, local: NodeInfo, up: Uplink) -> int:
+    def _device(self, links: Session, local: NodeInfo, up: Uplink) -> int:
         """The VXLAN device's index, created (or re-created when its settings differ)."""
-        index = netlink.ifindex(ipr, self.ifname)
-        if index is not None and not self._device_matches(ipr, index, local):
-            ipr.link("del", index=index)
+        want = Vxlan(self.vni, self.port, local.node_ip)
+        index = links.ifindex(self.ifname)
+        if index is not None and links.vxlan(index) != want:
+            links.delete_link(index)
             index = None
         if index is None:
-            v6 = ":" in local.node_ip
-            ipr.link(
-                "add", ifname=self.ifname, kind="vxlan", vxlan_id=self.vni,
-                vxlan_port=self.port, vxlan_learning=0, vxlan_link=up.index,
-                **({"vxlan_local6": local.node_ip} if v6 else {"vxlan_local": local.node_ip}),
-            )
-            index = netlink.ifindex(ipr, self.ifname)
-            assert index is not None
-        self._settle(ipr, index, local.vxlan_mac, up.mtu - self.overhead(local))
-        netlink.add_address(ipr, index, ipaddress.ip_interface(f"{local.vxlan_ip}/32"))
+            index = links.add_vxlan(self.ifname, want, up.index)
+        self._settle(links, index, local.vxlan_mac, up.mtu - self.overhead(local))
+        links.add_address(index, ipaddress.ip_interface(f"{local.vxlan_ip}/32"))
         return index
 
     @staticmethod
-    def _settle(ipr: IPRoute, index: int, mac: str, mtu: int) -> None:
+    def _settle(links: Session, index: int, mac: str, mtu: int) -> None:
         """MAC, MTU and up, each set only when it differs: setting a MAC (even the same one)
         makes the kernel flush every neighbor of the device, our permanent ones included."""
-        link = ipr.link("get", index=index)[0]
-        change: dict[str, object] = {}
-        if str(link.get_attr("IFLA_ADDRESS")).lower() != mac:
-            change["address"] = mac
-        if link.get_attr("IFLA_MTU") != mtu:
-            change["mtu"] = mtu
-        if not link["flags"] & 1:  # IFF_UP
-            change["state"] = "up"
-        if change:
-            ipr.link("set", index=index, **change)
-
-    def _device_matches(self, ipr: IPRoute, index: int, local: NodeInfo) -> bool:
-        link = ipr.link("get", index=index)[0]
-        info = link.get_attr("IFLA_LINKINFO")
-        if info is None or info.get_attr("IFLA_INFO_KIND") != "vxlan":
-            return False
-        data = info.get_attr("IFLA_INFO_DATA")
-        local_ip = data.get_attr("IFLA_VXLAN_LOCAL") or data.get_attr("IFLA_VXLAN_LOCAL6")
-        return bool(
-            data.get_attr("IFLA_VXLAN_ID") == self.vni
-            and data.get_attr("IFLA_VXLAN_PORT") == self.port
-            and local_ip == local.node_ip
-        )
+        link = links.link(index)
+        new_mac = mac if link.mac.lower() != mac else None
+        new_mtu = mtu if link.mtu != mtu else None
+        if new_mac or new_mtu or not link.up:
+            links.set_link(index, up=True if not link.up else None, mtu=new_mtu, mac=new_mac)
 
     # ---- per remote node --------------------------------------------------------------------
 
     def program(self, local: NodeInfo, remote: NodeInfo) -> None:
         """Makes the state for `remote` present (replace semantics: idempotent)."""
-        with self._programming(local) as (ipr, up, index):
+        with self._programming(local) as (links, up, index):
             if self.l2:
-                self._program_l2(ipr, up, remote)
+                self._program_l2(links, up, remote)
                 return
             assert index is not None
-            ipr.fdb("replace", ifindex=index, lladdr=remote.vxlan_mac, dst=remote.node_ip,
-                    state=NUD_PERMANENT | NUD_NOARP, flags=NTF_SELF)
-            self._neigh(ipr, index, remote.vxlan_ip, remote.vxlan_mac)
-            self._neigh(ipr, index, link_local(remote.node_id), remote.vxlan_mac)
+            links.replace_fdb(index, remote.vxlan_mac, remote.node_ip)
+            links.replace_neighbor(index, remote.vxlan_ip, remote.vxlan_mac)
+            links.replace_neighbor(index, link_local(remote.node_id), remote.vxlan_mac)
             for subnet in remote.pod_subnets:
-                self._route(ipr, index, subnet, self._vxlan_gateway(remote, subnet))
+                self._route(links, index, subnet, self._vxlan_gateway(remote, subnet))
 
     def routed_subnets(self, remote: NodeInfo) -> tuple[str, ...]:
         """The remote subnets the L2 interconnect routes via the remote node."""
         extra = (remote.vpp_host_subnet,) if self.route_vpp_host else ()
         return (*remote.pod_subnets, *extra)
 
-    def _program_l2(self, ipr: IPRoute, up: Uplink, remote: NodeInfo) -> None:
+    def _program_l2(self, links: Session, up: Uplink, remote: NodeInfo) -> None:
         for subnet in self.routed_subnets(remote):
             if ipaddress.ip_network(subnet).version == ipaddress.ip_address(remote.node_ip).version:
-                self._route(ipr, up.index, subnet, remote.node_ip)
+                self._route(links, up.index, subnet, remote.node_ip)
                 continue
             if not remote.uplink_mac:
                 raise DataplaneFailure(f"node {remote.name} published no uplink MAC")
-            self._neigh(ipr, up.index, link_local(remote.node_id), remote.uplink_mac)
-            self._route(ipr, up.index, subnet, link_local(remote.node_id))
+            links.replace_neighbor(up.index, link_local(remote.node_id), remote.uplink_mac)
+            self._route(links, up.index, subnet, link_local(remote.node_id))
 
     @staticmethod
     def _vxlan_gateway(remote: NodeInfo, subnet: str) -> str:
@@ -197,7 +164,7 @@ class KernelMesh:
     @contextmanager
     def _programming(
         self, local: NodeInfo
-    ) -> Iterator[tuple[IPRoute, Uplink, int | None]]:
+    ) -> Iterator[tuple[Session, Uplink, int | None]]:
         """A netlink socket, the uplink and the device's index (None with the L2 interconnect).
 
         Uplink and device are checked once and remembered (1000 remote nodes must not cost
@@ -211,26 +178,21 @@ class KernelMesh:
                         f"node IP {local.node_ip} is on no interface of this node")
                 index = None
                 if not self.l2:
-                    with netlink.host_ns() as ipr, netlink.translated("making the VXLAN device"):
-                        index = self._device(ipr, local, up)
+                    with netlink.host_session() as links, netlink.translated(
+                        "making the VXLAN device"
+                    ):
+                        index = self._device(links, local, up)
                 cached = self._cache = (up, index)
         try:
-            with netlink.host_ns() as ipr, netlink.translated("programming the node mesh"):
-                yield ipr, cached[0], cached[1]
+            with netlink.host_session() as links, netlink.translated("programming the node mesh"):
+                yield links, cached[0], cached[1]
         except BaseException:
             self._cache = None
             raise
 
     @staticmethod
-    def _neigh(ipr: IPRoute, index: int, ip: str, mac: str) -> None:
-        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        ipr.neigh("replace", ifindex=index, dst=ip, lladdr=mac, state=NUD_PERMANENT,
-                  family=family)
-
-    @staticmethod
-    def _route(ipr: IPRoute, index: int, dst: str, gateway: str) -> None:
-        ipr.route("replace", dst=dst, gateway=gateway, oif=index, flags=RTNH_F_ONLINK,
-                  proto=RTPROT_MESH)
+    def _route(links: Session, index: int, dst: str, gateway: str) -> None:
+        links.replace_route(dst, gateway, index, onlink=True, proto=RTPROT_MESH)
 
     def unprogram(
         self, local: NodeInfo, remote: NodeInfo, keep: Collection[NodeInfo] = ()
@@ -240,12 +202,12 @@ class KernelMesh:
         gone = _wanted(self, [remote]) - _wanted(self, keep)
         up = self.uplink(local)
         removed: list[str] = []
-        with netlink.host_ns() as ipr, netlink.translated("removing a node from the mesh"):
-            index = up.index if self.l2 and up else netlink.ifindex(ipr, self.ifname)
+        with netlink.host_session() as links, netlink.translated("removing a node from the mesh"):
+            index = up.index if self.l2 and up else links.ifindex(self.ifname)
             if index is None:
                 return removed
             for what in sorted(gone):
-                if _ignore_gone(_delete(ipr, what, index)):
+                if _delete(links, what, index)():
                     removed.append(" ".join(map(str, what)))
         return removed
 
@@ -257,15 +219,15 @@ class KernelMesh:
         self._cache = None  # check uplink and device again on the next program()
         want = _wanted(self, keep)
         changed: list[str] = []
-        with netlink.host_ns() as ipr, netlink.translated("pruning the node mesh"):
-            index = netlink.ifindex(ipr, self.ifname)
+        with netlink.host_session() as links, netlink.translated("pruning the node mesh"):
+            index = links.ifindex(self.ifname)
             if self.l2 and index is not None:
-                ipr.link("del", index=index)
+                links.delete_link(index)
                 changed.append(f"device {self.ifname}")
                 index = None
-            held = list(self._held(ipr, index))
+            held = list(self._held(links, index))
             for what, delete in held:
-                if what not in want and _ignore_gone(delete):
+                if what not in want and delete():
                     changed.append(" ".join(map(str, what)))
         missing = want - {what for what, _ in held}
         for remote in keep:
@@ -274,34 +236,25 @@ class KernelMesh:
                 changed.append(f"restored node {remote.name}")
         return changed
 
-    def _held(self, ipr: IPRoute, index: int | None) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    def _held(self, links: Session, index: int | None) -> Iterator[tuple[tuple[Any, ...], Deleter]]:
         """(description, deleter) for every mesh object in the kernel."""
         for family in (socket.AF_INET, socket.AF_INET6):
-            for route in ipr.route("dump", family=family, proto=RTPROT_MESH):
-                dst = f"{route.get_attr('RTA_DST')}/{route['dst_len']}"
-                gw = route.get_attr("RTA_GATEWAY")
-                oif = route.get_attr("RTA_OIF")
-                yield ("route", dst, gw), _deleter(ipr.route, "del", dst=dst, gateway=gw,
-                                                   oif=oif, proto=RTPROT_MESH)
-        for neigh in ipr.neigh("dump"):
-            ip = str(neigh.get_attr("NDA_DST"))
-            ours = neigh["ifindex"] == index or _is_link_local_hop(ip)
-            if neigh["family"] not in (socket.AF_INET, socket.AF_INET6) or not ours:
+            for route in links.routes(family, RTPROT_MESH):
+                yield ("route", route.dst, route.gateway), partial(
+                    links.delete_route, route.dst, route.oif, route.gateway, RTPROT_MESH)
+        for neigh in links.neighbors():
+            ours = neigh.index == index or _is_link_local_hop(neigh.dst)
+            if neigh.family not in (socket.AF_INET, socket.AF_INET6) or not ours:
                 continue
-            if not neigh["state"] & NUD_PERMANENT:
+            if not neigh.state & NUD_PERMANENT:
                 continue
-            mac = str(neigh.get_attr("NDA_LLADDR"))
-            yield ("neigh", ip, mac), _deleter(ipr.neigh, "del", ifindex=neigh["ifindex"],
-                                               dst=ip, family=neigh["family"])
+            yield ("neigh", neigh.dst, neigh.mac), partial(
+                links.delete_neighbor, neigh.index, neigh.dst)
         if index is None:
             return
-        for entry in ipr.fdb("dump", ifindex=index):
-            dst = entry.get_attr("NDA_DST")
-            if dst is None or entry["ifindex"] != index:
-                continue
-            mac = str(entry.get_attr("NDA_LLADDR"))
-            yield ("fdb", mac, str(dst)), _deleter(
-                ipr.fdb, "del", ifindex=index, lladdr=mac, dst=str(dst))
+        for entry in links.fdb(index):
+            yield ("fdb", entry.mac, entry.dst), partial(
+                links.delete_fdb, index, entry.mac, entry.dst)
 
 
 def _is_link_local_hop(ip: str) -> bool:
@@ -327,31 +280,15 @@ def _wanted(mesh: KernelMesh, keep: Collection[NodeInfo]) -> set[tuple[Any, ...]
     return want
 
 
-def _deleter(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return lambda: fn(*args, **kwargs)
-
-
-def _delete(ipr: IPRoute, what: tuple[Any, ...], index: int) -> Any:
-    """The deleter of one object as `_wanted` describes it, on interface `index`."""
+def _delete(links: Session, what: tuple[Any, ...], index: int) -> Deleter:
+    """The deleter of one object as `_wanted` describes it, on interface `index`; it returns
+    False when the object was gone already."""
     kind, first, second = what
     if kind == "route":
-        return _deleter(ipr.route, "del", dst=first, gateway=second, oif=index,
-                        proto=RTPROT_MESH)
+        return partial(links.delete_route, first, index, second, RTPROT_MESH)
     if kind == "neigh":
-        family = socket.AF_INET6 if ":" in first else socket.AF_INET
-        return _deleter(ipr.neigh, "del", ifindex=index, dst=first, family=family)
-    return _deleter(ipr.fdb, "del", ifindex=index, lladdr=first, dst=second)
-
-
-def _ignore_gone(delete: Any) -> bool:
-    """Runs a deleter; False when the object was gone already."""
-    try:
-        delete()
-    except NetlinkError as exc:
-        if exc.code not in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
-            raise
-        return False
-    return True
+        return partial(links.delete_neighbor, index, first)
+    return partial(links.delete_fdb, index, first, second)
 
 
 __all__ = ["RTPROT_MESH", "KernelMesh", "Uplink", "vxlan_mac"]

@@ -13,7 +13,7 @@ that host name, or of any link retired from that namespace, is done right there 
 (or, when the worker is at it already, waited for). Nothing else can take those names meanwhile:
 the pod lock serializes requests of one key, and only retired links are ever pending here.
 
-Namespaces: the driver works in its calling thread's network namespace (agent/linux/netlink). The
+Namespaces: the driver works in its calling thread's network namespace (agent/linux/netns). The
 worker enters the namespace of the first thread that retires a link; a link retired from any
 other namespace (tests run drivers in several) is deleted at once by the caller instead.
 `drain` deletes what is pending (agent shutdown); a link left by a killed agent is down and
@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 
 from agent.linux import netlink
+from agent.linux.netns import enter_netns
 from agent.model.errors import CniError
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class LinkReaper:
 
     def _run(self, nsfd: int) -> None:
         try:
-            netlink.enter_netns(nsfd)  # this thread only
+            enter_netns(nsfd)  # this thread only
         except OSError as exc:  # never seen; the links wait for drain() or a later worker
             log.error("link reaper cannot enter the node's namespace: %s", exc)
             with self._cond:

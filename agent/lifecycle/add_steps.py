@@ -6,6 +6,10 @@ first undo is the release of the addresses together with the record: a write who
 lost may have been applied, so the record is deleted whatever etcd holds now, and when etcd does
 not answer that either the undo is journaled like a DEL (agent/state/journal) with the addresses
 kept reserved. Each step is timed (metrics) and ends at a failpoint (agent/infra/failpoints).
+
+The pod's namespace comes opened and checked by the request (agent/linux/netns.PodNetns): its
+cookie for the record, the veth peer's place for the driver and the pod side's socket all come
+from that one open namespace.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from agent.dataplane import Dataplane, UndoStack
 from agent.infra import failpoints, logs
 from agent.infra.metrics import Metrics
 from agent.lifecycle.pools import Pools
-from agent.linux import netlink
+from agent.linux.netns import PodNetns, using
 from agent.model.errors import CniError, InternalError, TryAgainLater
 from agent.model.pod import IPInterface, PodKey, PodNetwork, PodRecord, Wiring
 from agent.model.request import CniRequest
@@ -49,7 +53,9 @@ class PodStore(Protocol):
 class PodSide(Protocol):
     """Pod-namespace configuration (agent/linux/pod_netns in production)."""
 
-    def configure(self, pod: PodNetwork, gateway_mac: str) -> str: ...
+    def configure(
+        self, pod: PodNetwork, gateway_mac: str, netns: PodNetns | None = None
+    ) -> str: ...
     def check(self, pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]: ...
 
 
@@ -66,8 +72,9 @@ class Parts(Protocol):
     mtu: int
 
 
-def add_steps(m: Parts, req: CniRequest) -> PodRecord:
-    """Runs one ADD's steps (the attachment's lock held); on failure, undoes what was done."""
+def add_steps(m: Parts, req: CniRequest, netns: PodNetns) -> PodRecord:
+    """Runs one ADD's steps (the attachment's lock held, `netns` the request's namespace of
+    req.netns); on failure, undoes what was done."""
     undo = UndoStack()
     try:
         addresses = _phase(m, "allocate", m.pools.allocate)
@@ -85,14 +92,14 @@ def add_steps(m: Parts, req: CniRequest) -> PodRecord:
             cni_version=req.cni_version,
             mtu=m.mtu,
             created=time.time(),
-            netns_inode=netns_identity(req.netns),
+            netns_inode=netns_identity(req.netns, netns),
         )
         sent.append(copy.deepcopy(record))
         _phase(m, "record", lambda: m.store.put_pod(m.node_id, record))
         pod = record.network()
-        wiring = _phase(m, "wire", lambda: m.dataplane.attach(pod, undo))
+        wiring = _phase(m, "wire", lambda: m.dataplane.attach(pod, undo, netns))
         gateway_mac = wiring.gateway_mac
-        pod_mac = _phase(m, "podside", lambda: m.pod_side.configure(pod, gateway_mac))
+        pod_mac = _phase(m, "podside", lambda: m.pod_side.configure(pod, gateway_mac, netns))
         written = copy.deepcopy(record)
         record.wiring = asdict(
             Wiring(wiring.host_ifname, pod_mac, wiring.gateway_mac, wiring.extra)
@@ -142,29 +149,32 @@ def _phase(m: Parts, name: str, step: Callable[[], T]) -> T:
 
 
 
-def netns_identity(path: str) -> str:
+def netns_identity(path: str, held: PodNetns | None = None) -> str:
     """`cookie:<n>`, the kernel's never-reused cookie of the network namespace at `path` (or
-    `dev:inode` of its file on a kernel without cookies); "" when it cannot be read.
+    `dev:inode` of its file on a kernel without cookies); "" when it cannot be read. `held`:
+    the namespace of `path` as the request holds it open (read there, not opened again).
 
     A path alone does not name a namespace for ever: /proc/PID/ns/net points at another one once
     the PID is reused, and a bind-mount path can be reused by a new sandbox. The file's inode
     number is not enough either: the kernel hands a freed namespace's number to the next one."""
     try:
-        cookie = netlink.netns_cookie(path)
-        if cookie is not None:
-            return f"cookie:{cookie}"
-        st = os.stat(path)
+        with using(path, held) as netns:
+            cookie = netns.cookie()
+            if cookie is not None:
+                return f"cookie:{cookie}"
+            dev, inode = netns.inode()
     except (OSError, CniError):
         return ""
-    return f"{st.st_dev}:{st.st_ino}"
+    return f"{dev}:{inode}"
 
 
-def netns_matches(record: PodRecord) -> bool:
-    """The record's netns path still names the namespace ADD wired (unknown inode: trusted)."""
+def netns_matches(record: PodRecord, held: PodNetns | None = None) -> bool:
+    """The record's netns path still names the namespace ADD wired (unknown inode: trusted).
+    `held`: that path's namespace as the request holds it open."""
     if not record.netns_inode:
         return True
     if record.netns_inode.startswith("cookie:"):
-        return netns_identity(record.netns) == record.netns_inode
+        return netns_identity(record.netns, held) == record.netns_inode
     try:  # a record written before cookies: its namespace file's dev:inode
         st = os.stat(record.netns)
     except OSError:

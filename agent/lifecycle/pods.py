@@ -40,6 +40,7 @@ from agent.lifecycle.add_steps import PodSide, PodStore, add_steps, netns_matche
 from agent.lifecycle.locks import KeyedLocks
 from agent.lifecycle.pools import Pools
 from agent.linux import pod_netns
+from agent.linux.netns import PodNetns
 from agent.model.errors import CniError, TryAgainLater, UnknownContainer
 from agent.model.pod import PodKey, PodNetwork, PodRecord, Wiring
 from agent.model.request import CniRequest
@@ -114,6 +115,12 @@ class PodManager:
         self._refusing = reason
 
     def add(self, req: CniRequest) -> PodRecord:
+        # The pod's namespace is opened and checked once per ADD, here, before any lock or
+        # address is taken (a FIFO here once held both for ever); every step uses this fd.
+        with PodNetns.open(req.netns) as netns:
+            return self._add(req, netns)
+
+    def _add(self, req: CniRequest, netns: PodNetns) -> PodRecord:
         if self._refusing:
             raise TryAgainLater("this node cannot take pods now", self._refusing)
         # Replacing a stale sandbox takes its lock too: both locks are taken together, in the
@@ -125,20 +132,22 @@ class PodManager:
             with self.locks.hold(*keys):
                 if _key_of(self._stale_sandbox(req)) != _key_of(stale):
                     continue  # another request replaced a sandbox meanwhile: look again
-                return self._add_locked(req, stale)
+                return self._add_locked(req, stale, netns)
         raise TryAgainLater(
             f"the sandboxes of pod {req.pod_namespace}/{req.pod_name} keep changing",
             f"{_STALE_ROUNDS} concurrent replacements in a row",
         )
 
-    def _add_locked(self, req: CniRequest, stale: PodRecord | None) -> PodRecord:
+    def _add_locked(
+        self, req: CniRequest, stale: PodRecord | None, netns: PodNetns
+    ) -> PodRecord:
         if self.journal is not None and self.journal.has(req.key):
             # An older DEL of this key (maybe journaled by the plugin a moment ago) still
             # owes its teardown and release: settled now, or it would undo this ADD later.
             self._drain_key(req.key)
         existing = self.store.get_pod(self.node_id, req.key)
         if existing is not None:
-            same = existing.netns == req.netns and netns_matches(existing)
+            same = existing.netns == req.netns and netns_matches(existing, netns)
             if existing.state == "ready" and same:
                 return existing  # a repeated ADD: answer what was recorded
             self.teardown(existing)
@@ -149,7 +158,7 @@ class PodManager:
             else:
                 log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
                 self.teardown(current)
-        record = add_steps(self, req)
+        record = add_steps(self, req, netns)
         self._remember(record)
         return record
 

@@ -1,11 +1,18 @@
 """The linux wing: everything that talks to the node's and the pods' kernel networking.
 
-    netlink.py    pyroute2 helpers and the one translation of netlink errors into ours
-    rtnl.py       raw rtnetlink writes, batched (an ADD's hot path)
-    rtdump.py     raw rtnetlink reads, lean (CHECK and reconcile)
+    netns.py      network namespaces: a pod's opened and checked once per request (PodNetns),
+                  sockets made inside one
+    netlink.py    sockets and sessions per namespace, the host's links (the pod's veth), and the
+                  one translation of netlink errors into ours
+    nlcodec.py    the rtnetlink wire format: message layouts, attributes, every constant, once
+    nlwrite.py    raw rtnetlink writes, batched (an ADD's hot path)
+    nlread.py     raw rtnetlink reads, lean (CHECK and reconcile)
+    iproute.py    pyroute2 for the slow paths (start-up, node mesh, VPP host link, undoing a pod
+                  side), behind methods named by what they do
     pod_netns.py  inside a pod's namespace: addresses, gateway neighbor, routes, MTU
     ethtool.py    offload features of a device
     hostnat/      the agent's own nftables table (egress NAT, the VPP Service return path)
 
-Imports model and infra only: it knows nothing of pods' lifecycles, etcd or VPP.
+Imports model and infra only: it knows nothing of pods' lifecycles, etcd or VPP. No other wing
+imports pyroute2 (a contract in pyproject.toml): they call the functions here.
 """

@@ -13,8 +13,10 @@ import ctypes
 import fcntl
 import socket
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from agent.linux import netlink
+from agent.linux.netns import PodNetns
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GSTRINGS = 0x1B
@@ -54,9 +56,16 @@ def _index(sock: socket.socket, ifname: str, feature: str) -> tuple[int, int]:
     return names.index(feature), (len(names) + 31) // 32
 
 
+@contextmanager
+def _socket(netns_path: str) -> Iterator[socket.socket]:
+    """An AF_INET socket inside the namespace: ioctls on it reach that namespace's devices."""
+    with PodNetns.open(netns_path) as netns, netns.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        yield s
+
+
 def feature(netns_path: str, ifname: str, name: str) -> bool:
     """Whether feature `name` (e.g. "tx-tcp-segmentation") is active on the device."""
-    with netlink.netns_socket(netns_path, socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    with _socket(netns_path) as sock:
         index, blocks = _index(sock, ifname, name)
         buf = ctypes.create_string_buffer(8 + blocks * 16)
         struct.pack_into("II", buf, 0, ETHTOOL_GFEATURES, blocks)
@@ -68,7 +77,7 @@ def feature(netns_path: str, ifname: str, name: str) -> bool:
 
 def set_feature(netns_path: str, ifname: str, name: str, on: bool) -> None:
     """Requests feature `name` on or off; OSError when the kernel refuses."""
-    with netlink.netns_socket(netns_path, socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    with _socket(netns_path) as sock:
         index, blocks = _index(sock, ifname, name)
         buf = ctypes.create_string_buffer(8 + blocks * 8)
         struct.pack_into("II", buf, 0, ETHTOOL_SFEATURES, blocks)

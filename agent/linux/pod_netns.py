@@ -8,7 +8,9 @@ vswitch need not answer; the gateway is reached through a link-scope route, whic
 
 `configure` uses replace semantics so a retried ADD converges; `remove` undoes it and is
 idempotent (a namespace or interface that is already gone is success). Netlink failures are
-`PodSideFailure`; a bad CNI_NETNS is `InvalidEnvironment` (from agent.netlink).
+`PodSideFailure`; a bad CNI_NETNS is `InvalidEnvironment` (from agent/linux/netns). An ADD hands
+`configure` the namespace it holds open (agent/linux/netns.PodNetns): the batch goes out on the
+request's socket in it, made once.
 """
 
 from __future__ import annotations
@@ -16,34 +18,18 @@ from __future__ import annotations
 import errno
 import re
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-from pyroute2 import IPRoute, NetlinkError
-
-from agent.linux import rtdump, rtnl
-from agent.linux.netlink import (
-    IFA_F_NODAD,
-    describe,
-    ifindex,
-    netns_socket,
-    pod_batch,
-    pod_ns,
-    send,
-    translated,
-)
+from agent.linux import nlread, nlwrite
+from agent.linux.iproute import Session
+from agent.linux.netlink import describe, pod_batch, pod_reader, send, translated
+from agent.linux.netns import PodNetns
+from agent.linux.nlcodec import IFA_F_NODAD, IFF_UP, NUD_PERMANENT, RT_SCOPE_LINK, RT_TABLE_MAIN
 from agent.model.errors import InternalError, InvalidEnvironment, PodSideFailure
 from agent.model.pod import IPAddress, PodNetwork
 
-NUD_PERMANENT = 0x80
-SCOPE_LINK = 253
-MAIN_TABLE = 254
-IFF_UP = 0x1
 LOOPBACK_INDEX = 1
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
-
-
-def _family(addr: IPAddress) -> int:
-    return socket.AF_INET if addr.version == 4 else socket.AF_INET6
 
 
 def _default(addr: IPAddress) -> str:
@@ -54,12 +40,13 @@ def _host_prefix(addr: IPAddress) -> int:
     return 32 if addr.version == 4 else 128
 
 
-def configure(pod: PodNetwork, gateway_mac: str) -> str:
-    """Configures the pod's interface; returns its MAC."""
+def configure(pod: PodNetwork, gateway_mac: str, netns: PodNetns | None = None) -> str:
+    """Configures the pod's interface; returns its MAC. `netns`: the pod's namespace when the
+    caller holds it open already (an ADD), else it is opened here."""
     if not _MAC.fullmatch(gateway_mac):  # it comes from the driver: a bad one is our bug
         raise InternalError(f"gateway_mac {gateway_mac!r} from the dataplane is not a MAC")
     name = pod.key.ifname
-    with pod_batch(pod.netns) as batch:
+    with pod_batch(pod.netns, netns) as batch:
         seq = batch.get_link(name)
         try:
             link = batch.send()[seq]
@@ -81,14 +68,14 @@ def configure(pod: PodNetwork, gateway_mac: str) -> str:
         return link.mac
 
 
-def _route_via(batch: rtnl.Batch, index: int, gateway: IPAddress, gateway_mac: str) -> None:
+def _route_via(batch: nlwrite.Batch, index: int, gateway: IPAddress, gateway_mac: str) -> None:
     batch.replace_neighbor(index, str(gateway), gateway_mac)
     # Each attachment's routes carry its own metric (its interface index), so a second
     # interface of the same pod (same gateway, other device) adds routes next to the first
     # one's instead of replacing them; the older interface keeps the lower metric and so the
     # default route, and deleting either leaves the other's routes in place.
     plen = _host_prefix(gateway)
-    batch.replace_route(str(gateway), plen, index, scope=SCOPE_LINK, priority=index)
+    batch.replace_route(str(gateway), plen, index, scope=RT_SCOPE_LINK, priority=index)
     batch.replace_route(_default(gateway).split("/")[0], 0, index, gateway=str(gateway),
                         priority=index)
 
@@ -97,13 +84,10 @@ def check(pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]:
     """What is wrong with the pod side, in words; empty when all is as configured.
 
     Four netlink requests on one socket made in the pod namespace (the link by name, then dumps
-    of addresses, neighbors and routes, tiny in a pod), read by agent/linux/rtdump: reconcile runs
+    of addresses, neighbors and routes, tiny in a pod), read by agent/linux/nlread: reconcile runs
     this for every live pod, and pyroute2's message objects cost several times the kernel's work."""
     try:
-        with netns_socket(pod.netns, socket.AF_NETLINK, socket.SOCK_DGRAM) as sock, translated(
-            "reading the pod netns", PodSideFailure
-        ):
-            nl = rtdump.Reader(sock)
+        with pod_reader(pod.netns) as nl, translated("reading the pod netns", PodSideFailure):
             link = nl.link(pod.key.ifname)
             if link is None:
                 return [f"interface {pod.key.ifname} missing in {pod.netns}"]
@@ -113,7 +97,7 @@ def check(pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]:
 
 
 def _problems(
-    nl: rtdump.Reader, link: rtdump.Link, pod: PodNetwork, gateway_mac: str, pod_mac: str
+    nl: nlread.Reader, link: nlread.Link, pod: PodNetwork, gateway_mac: str, pod_mac: str
 ) -> Iterator[str]:
     name = pod.key.ifname
     if not link.flags & IFF_UP:
@@ -129,14 +113,14 @@ def _problems(
     if not pod.gateways:
         return
     neighbors = [n for n in nl.neighbors(socket.AF_UNSPEC) if n.index == link.index]
-    routes = [r for r in nl.routes(socket.AF_UNSPEC, MAIN_TABLE) if r.oif == link.index]
+    routes = [r for r in nl.routes(socket.AF_UNSPEC, RT_TABLE_MAIN) if r.oif == link.index]
     for gateway in pod.gateways:
         yield from _gateway_problems(neighbors, routes, name, gateway, gateway_mac)
 
 
 def _gateway_problems(
-    neighbors: list[rtdump.Neighbor],
-    routes: list[rtdump.Route],
+    neighbors: list[nlread.Neighbor],
+    routes: list[nlread.Route],
     name: str,
     gateway: IPAddress,
     gateway_mac: str,
@@ -156,7 +140,7 @@ def _gateway_problems(
 
 
 def _is_route(
-    route: rtdump.Route, dst: IPAddress | None, plen: int, gateway: IPAddress | None
+    route: nlread.Route, dst: IPAddress | None, plen: int, gateway: IPAddress | None
 ) -> bool:
     # dst or gateway is set: an IPv4 address never equals an IPv6 one, so families stay apart
     return route.dst_len == plen and route.dst == dst and route.gateway == gateway
@@ -165,37 +149,26 @@ def _is_route(
 def remove(pod: PodNetwork) -> None:
     """Undoes `configure` (routes, neighbors, addresses, link down). Idempotent."""
     try:
-        with pod_ns(pod.netns) as ipr, translated(f"cleaning {pod.key} in the pod", PodSideFailure):
-            index = ifindex(ipr, pod.key.ifname)
+        with Session.pod(pod.netns) as links, translated(
+            f"cleaning {pod.key} in the pod", PodSideFailure
+        ):
+            index = links.ifindex(pod.key.ifname)
             if index is None:
                 return
             for gateway in pod.gateways:
-                _forget_gateway(ipr, index, gateway)
+                _forget_gateway(links, index, gateway)
             for iface in pod.addresses:
-                _ignore_absent(
-                    ipr.addr,
-                    "del",
-                    index=index,
-                    address=str(iface.ip),
-                    prefixlen=iface.network.prefixlen,
-                )
-            ipr.link("set", index=index, state="down")
+                links.delete_address(index, iface)
+            links.set_link(index, up=False)
     except InvalidEnvironment:
         return  # the namespace is gone: nothing of the pod side is left
 
 
-def _forget_gateway(ipr: IPRoute, index: int, gateway: IPAddress) -> None:
-    family = _family(gateway)
-    _ignore_absent(ipr.route, "del", dst=_default(gateway), oif=index, family=family)
-    _ignore_absent(
-        ipr.route, "del", dst=f"{gateway}/{_host_prefix(gateway)}", oif=index, family=family
-    )
-    _ignore_absent(ipr.neigh, "del", dst=str(gateway), ifindex=index, family=family)
+def _forget_gateway(links: Session, index: int, gateway: IPAddress) -> None:
+    links.delete_route(_default(gateway), index, family=_family(gateway))
+    links.delete_route(f"{gateway}/{_host_prefix(gateway)}", index, family=_family(gateway))
+    links.delete_neighbor(index, str(gateway))
 
 
-def _ignore_absent(call: Callable[..., object], *args: object, **kwargs: object) -> None:
-    try:
-        call(*args, **kwargs)
-    except NetlinkError as exc:
-        if exc.code not in (errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL, errno.ENODEV):
-            raise
+def _family(addr: IPAddress) -> int:
+    return socket.AF_INET if addr.version == 4 else socket.AF_INET6

@@ -4,7 +4,9 @@ Plan: create_veth puts the peer in the pod netns under the asked name with MTU, 
 ends up, for a named netns and a /proc/PID/ns/net path; bad CNI_NETNS values (missing, not a
 namespace) and a taken CNI_IFNAME are InvalidEnvironment naming the variable and leave nothing;
 delete_link is idempotent; mac_from_key is a stable locally administered unicast MAC; pod_ns never
-creates a missing namespace.
+creates a missing namespace; a namespace the request holds open is read through its fd (the same
+identity as by path, and still its own after the path names another namespace), and a held
+namespace is never used for another path.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import subprocess
 import pytest
 
 from agent.lifecycle.add_steps import netns_identity, netns_matches
-from agent.linux import netlink
-from agent.model.errors import InvalidEnvironment
+from agent.linux import iproute, netlink
+from agent.linux.netns import PodNetns, using
+from agent.model.errors import InternalError, InvalidEnvironment
 from agent.model.pod import PodKey, PodRecord
 from testbed.netns import named_netns, process_netns, run_in, unique
 
@@ -26,7 +29,7 @@ def test_veth_into_named_netns(node_ns: str, pod_netns: str) -> None:
     mac = netlink.mac_from_key(PodKey("c1", "eth0"))
     index, host_mac = netlink.create_veth(host, pod_netns, "eth0", 1400, mac, "vswitch-cni:c1:eth0")
     assert index > 0 and len(host_mac) == 17
-    with netlink.pod_ns(pod_netns) as ipr:
+    with iproute.pod_ns(pod_netns) as ipr:
         link = ipr.link("get", ifname="eth0")[0]
         assert link.get_attr("IFLA_ADDRESS") == mac
         assert link.get_attr("IFLA_MTU") == 1400
@@ -51,7 +54,7 @@ def test_missing_netns_is_invalid_environment_and_not_created(node_ns: str) -> N
     with pytest.raises(InvalidEnvironment, match=r"CNI_NETNS .* does not exist") as err:
         netlink.create_veth(unique("th"), missing, "eth0", 1500, None, "x")
     assert err.value.code == 4
-    with pytest.raises(InvalidEnvironment), netlink.pod_ns(missing):
+    with pytest.raises(InvalidEnvironment), iproute.pod_ns(missing):
         pass
     assert not os.path.exists(missing)
     assert netlink.links_with_alias_prefix("") == {}
@@ -107,3 +110,15 @@ def test_a_namespace_made_again_at_the_same_path_has_another_cookie() -> None:
             again = netns_identity(path)
             assert again.startswith("cookie:") and again != first
             first = again
+
+
+def test_a_held_namespace_is_read_through_its_fd() -> None:
+    with named_netns("tck") as path, PodNetns.open(path) as held:
+        first = netns_identity(path, held)
+        assert first == netns_identity(path) and first.startswith("cookie:")
+        name = path.rsplit("/", 1)[1]
+        subprocess.run(["ip", "netns", "del", name], check=True)
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        assert netns_identity(path, held) == first != netns_identity(path)
+        with pytest.raises(InternalError), using("/var/run/netns/another", held):
+            pass

@@ -1,7 +1,7 @@
 """Fixtures for the VPP driver tests: a fake VPP per test, a node namespace the test thread is in,
 pod namespaces; all removed again when the test ends, also when it fails.
 
-The driver works in the calling thread's namespace (agent.netlink), so running the test thread
+The driver works in the calling thread's namespace (agent/linux/netns), so running the test thread
 inside a node namespace of its own keeps the machine's links and routes untouched; the fake VPP
 "runs" in that namespace too (its af_packet checks look there).
 """

@@ -20,7 +20,7 @@ import pytest
 
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, names
-from agent.linux import netlink
+from agent.linux import iproute, netlink
 from agent.model.errors import DataplaneFailure, TryAgainLater
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
@@ -42,7 +42,7 @@ def test_start_creates_base_objects_once(fake: FakeVPP, driver_factory: Factory)
     host = fake.interface_by_tag(names.HOST_TAG)
     assert host is not None and host.name == "host-vpp2"
     assert [str(a) for a in host.addresses] == ["172.30.1.1/24"]
-    with netlink.host_ns() as ipr:
+    with iproute.host_ns() as ipr:
         kroutes = ipr.route("get", dst="10.1.1.5")
         assert kroutes[0].get_attr("RTA_GATEWAY") == "172.30.1.1"
     before = fake.snapshot()
@@ -70,7 +70,7 @@ def test_veth_attach_check_detach(fake: FakeVPP, driver_factory: Factory, pod_ns
     assert route.paths[0]["sw_if_index"] == itf.sw_if_index
     assert fake.neighbors()[(itf.sw_if_index, "10.1.1.5")] == (wiring.pod_mac, 1)
     assert netlink.link_exists(wiring.host_ifname)
-    with netlink.pod_ns(pod_ns) as ipr:
+    with iproute.pod_ns(pod_ns) as ipr:
         link = ipr.link("get", ifname="eth0")[0]
         assert link.get_attr("IFLA_ADDRESS") == wiring.pod_mac
     assert dp.check(p, wiring) == []
@@ -109,13 +109,13 @@ def test_tap_attach_detach(
     assert itf is not None and itf.dev_type == "virtio" and itf.name == wiring.host_ifname
     assert itf.tap["rx"] == 512 and itf.tap["netns"] == pod_ns and itf.vrf[False] == 1
     assert "tap_create_v3" in fake.requests
-    with netlink.pod_ns(pod_ns) as ipr:
+    with iproute.pod_ns(pod_ns) as ipr:
         assert ipr.link("get", ifname="eth0")[0].get_attr("IFLA_ADDRESS") == wiring.pod_mac
     assert dp.check(p, wiring) == []
     dp.detach(p, wiring)
     assert fake.snapshot() == base
-    with netlink.pod_ns(pod_ns) as ipr:
-        assert netlink.ifindex(ipr, "eth0") is None
+    with iproute.pod_ns(pod_ns) as ipr:
+        assert iproute.Session(ipr).ifindex("eth0") is None
 
 
 def test_tap_without_vhost_net_is_refused_up_front(
@@ -222,7 +222,7 @@ def test_two_pods_and_leftover_cleanup(
     wa = dp.attach(a, UndoStack())
     dp.attach(b, UndoStack())
     # A repeated ADD of b (e.g. after an agent crash) replaces its leftovers.
-    with netlink.pod_ns(pod_ns2) as ipr:
+    with iproute.pod_ns(pod_ns2) as ipr:
         ipr.link("del", ifname="eth0")
     wb = dp.attach(b, UndoStack())
     assert len(dp.owned()) == 2

@@ -28,7 +28,7 @@ import pytest
 
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, afpacket, base, names
-from agent.linux import netlink
+from agent.linux import iproute, netlink
 from agent.model.errors import DataplaneFailure, InvalidConfig
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
@@ -95,7 +95,7 @@ def test_main_vrf_routes_the_rest_to_the_host(fake: FakeVPP, driver_factory: Fac
     assert neigh[(host.sw_if_index, str(base.HOST_LINUX_LL))][0] == base.HOST_LINUX_MAC
     # Pods' other traffic leaves the pod VRF for the main one (and so for the host).
     assert fake.routes(1)[(1, "::/0")].paths[0]["table_id"] == 0
-    with netlink.host_ns() as ipr:
+    with iproute.host_ns() as ipr:
         got = ipr.route("get", dst="fd00:1:1::5")[0]
         assert got.get_attr("RTA_GATEWAY") == str(base.VPP_HOST_LL)
         # The Linux end really has the link-local address VPP's neighbor entry names.
@@ -127,7 +127,7 @@ def test_linux_holds_vpps_end_as_a_permanent_neighbor(
     for address, mac in vpp_ends.items():
         assert linux_neighbors(node_ns).get(address) == (mac, ["PERMANENT"]), address
     # An agent restart puts back what was lost or changed meanwhile.
-    with netlink.host_ns() as ipr:
+    with iproute.host_ns() as ipr:
         index = ipr.link_lookup(ifname="vpp1")[0]
         ipr.neigh("del", dst="172.30.1.1", ifindex=index)
         ipr.neigh("replace", dst=str(base.VPP_HOST_LL), lladdr="02:00:00:00:00:99",
@@ -223,7 +223,7 @@ def test_the_cluster_pod_ranges_go_into_vpp_and_die_there(
         for net in nets:
             assert fake.routes(table)[(table, str(net))].paths[0]["type"] == 2  # drop
     assert fake.routes(0)[(0, "10.1.1.0/24")].paths[0]["table_id"] == 1  # ours: more specific
-    with netlink.host_ns() as ipr:
+    with iproute.host_ns() as ipr:
         assert ipr.route("get", dst="10.1.7.9")[0].get_attr("RTA_GATEWAY") == "172.30.1.1"
         got = ipr.route("get", dst="fd00:1:0:7::9")[0].get_attr("RTA_GATEWAY")
     assert got == str(base.VPP_HOST_LL)

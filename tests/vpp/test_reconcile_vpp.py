@@ -17,7 +17,7 @@ from agent.dataplane.vpp import VppDataplane, names
 from agent.lifecycle.pods import PodManager
 from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import reconcile
-from agent.linux import netlink, pod_netns
+from agent.linux import iproute, pod_netns
 from agent.model.pod import PodRecord
 from agent.model.request import CniRequest
 from ipam import IPAMConfig, node_networks
@@ -62,8 +62,8 @@ def test_reconcile_keeps_live_pods_and_removes_orphans(
 
 
 def _pod_ifindex(netns: str, ifname: str = "eth0") -> int | None:
-    with netlink.pod_ns(netns) as ipr:
-        return netlink.ifindex(ipr, ifname)
+    with iproute.pod_ns(netns) as ipr:
+        return iproute.Session(ipr).ifindex(ifname)
 
 
 def test_vpp_restart_under_live_pods_repairs_them_without_an_agent_restart(

@@ -33,6 +33,7 @@ from agent.dataplane.vpp.modes import Port, WiringMode
 from agent.dataplane.vpp.tapv2 import TapV2
 from agent.dataplane.vpp.veth_afpacket import VethAfPacket
 from agent.linux import netlink
+from agent.linux.netns import PodNetns
 from agent.model.errors import CniError, DataplaneFailure
 from agent.model.pod import IPAddress, PodKey, PodNetwork, Wiring
 
@@ -139,7 +140,11 @@ class VppDataplane:
         return removed
 
     # --- pods -----------------------------------------------------------------------------
-    def attach(self, pod: PodNetwork, undo: UndoStack) -> Wiring:
+    def attach(
+        self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None = None
+    ) -> Wiring:
+        # VPP opens a TAP's namespace by its path itself, and the veth mode makes its pair
+        # with agent/linux/netlink.create_veth: `netns` is left to the pod side.
         objs = self._ensure()
         self.mode.check_usable()
         tag = names.pod_tag(pod.key)

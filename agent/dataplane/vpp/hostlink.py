@@ -9,16 +9,11 @@ start() can run again after an agent or VPP restart.
 
 from __future__ import annotations
 
-import errno
 import ipaddress
-
-from pyroute2 import NetlinkError
 
 from agent.linux import netlink
 from agent.model.errors import DataplaneFailure
 from agent.model.pod import IPInterface
-
-NUD_PERMANENT = 0x80
 
 
 def ensure_veth_pair(
@@ -26,19 +21,18 @@ def ensure_veth_pair(
 ) -> None:
     """Creates the pair when missing (the Linux end with `host_mac`, which VPP knows as a
     static neighbor) and brings both ends up with `mtu` (also on a pair made before)."""
-    with netlink.host_ns() as ipr, netlink.translated(f"host link {host_ifname}"):
-        if netlink.ifindex(ipr, host_ifname) is None:
-            ipr.link("add", ifname=host_ifname, kind="veth", mtu=mtu, address=host_mac,
-                     peer={"ifname": vpp_ifname, "mtu": mtu})
+    with netlink.host_session() as links, netlink.translated(f"host link {host_ifname}"):
+        if links.ifindex(host_ifname) is None:
+            links.add_veth(host_ifname, vpp_ifname, mtu, host_mac)
         for name in (host_ifname, vpp_ifname):
-            index = netlink.ifindex(ipr, name)
+            index = links.ifindex(name)
             if index is None:
                 raise DataplaneFailure(
                     f"host link: {name} is missing",
                     f"{host_ifname} exists but is not paired with {vpp_ifname}",
                 )
-            mac = {"address": host_mac} if name == host_ifname else {}
-            ipr.link("set", index=index, state="up", ifalias=alias, mtu=mtu, **mac)
+            mac = host_mac if name == host_ifname else None
+            links.set_link(index, up=True, alias=alias, mtu=mtu, mac=mac)
 
 
 def ensure_address_and_routes(
@@ -55,27 +49,24 @@ def ensure_address_and_routes(
 
     The link's MTU (`link_mtu`) makes room for VPP's VXLAN packets; the routes to the pods
     carry the pods' MTU, so the node answers a too-large packet for a pod itself, as before."""
-    with netlink.host_ns() as ipr, netlink.translated(f"host link {host_ifname} addressing"):
-        index = netlink.ifindex(ipr, host_ifname)
+    with netlink.host_session() as links, netlink.translated(
+        f"host link {host_ifname} addressing"
+    ):
+        index = links.ifindex(host_ifname)
         if index is None:
             raise DataplaneFailure(f"host link {host_ifname} is missing")
-        ipr.link("set", index=index, state="up", mtu=link_mtu)
-        try:
-            ipr.addr("add", index=index, address=str(address.ip),
-                     prefixlen=address.network.prefixlen)
-        except NetlinkError as exc:
-            if exc.code != errno.EEXIST:
-                raise
+        links.set_link(index, up=True, mtu=link_mtu)
+        # the kernel's duplicate address detection left on, as this link always had it
+        links.add_address(index, address, nodad=False)
         gateways = [
             str(via.ip) if (":" in subnet) == (address.version == 6) else str(via6)
             for subnet in subnets
         ]
         for gateway in sorted({str(via.ip), *gateways}):
             # "replace" also turns an entry the kernel learnt (or failed to learn) into ours.
-            ipr.neigh("replace", dst=gateway, lladdr=vpp_mac, ifindex=index, state=NUD_PERMANENT)
+            links.replace_neighbor(index, gateway, vpp_mac)
         for subnet, gateway in zip(subnets, gateways, strict=True):
-            ipr.route("replace", dst=subnet, gateway=gateway, oif=index,
-                      metrics={"mtu": pod_mtu})
+            links.replace_route(subnet, gateway, index, mtu=pod_mtu)
 
 
 def remove(host_ifname: str) -> None:

@@ -1,8 +1,8 @@
-"""agent/linux/rtdump reads what pyroute2 reads, on a real namespace.
+"""agent/linux/nlread reads what pyroute2 reads, on a real namespace.
 
 Plan: in a fresh namespace with 60 veth pairs (dumps far larger than one receive buffer), an
 alias, an MTU, v4 and v6 addresses, a permanent neighbor and routes in the main table and in
-another, rtdump's links, addresses, neighbors and routes equal pyroute2's view attribute by
+another, nlread's links, addresses, neighbors and routes equal pyroute2's view attribute by
 attribute; the main-table filter keeps exactly the main table's routes; a lookup of a routed
 address names the route's interface (like `ip route get`), an unroutable one raises the kernel's
 errno; a missing link by name is None.
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.linux import netlink, rtdump
+from agent.linux import iproute, netlink, nlread
 from testbed.netns import named_netns, run_in
 
 PAIRS = 60
@@ -26,7 +26,7 @@ PAIRS = 60
 @pytest.fixture
 def busy_ns() -> Iterator[str]:
     with named_netns("trd") as ns:
-        with netlink.pod_ns(ns) as ipr:
+        with iproute.pod_ns(ns) as ipr:
             for i in range(PAIRS):
                 ipr.link("add", ifname=f"a{i}", kind="veth", peer={"ifname": f"b{i}"})
         commands = [
@@ -46,13 +46,13 @@ def busy_ns() -> Iterator[str]:
 
 
 @pytest.fixture
-def reader(busy_ns: str) -> Iterator[rtdump.Reader]:
-    with netlink.netns_socket(busy_ns, socket.AF_NETLINK, socket.SOCK_DGRAM) as sock:
-        yield rtdump.Reader(sock)
+def reader(busy_ns: str) -> Iterator[nlread.Reader]:
+    with netlink.pod_reader(busy_ns) as reader:
+        yield reader
 
 
-def test_links_match_pyroute2(busy_ns: str, reader: rtdump.Reader) -> None:
-    with netlink.pod_ns(busy_ns) as ipr:
+def test_links_match_pyroute2(busy_ns: str, reader: nlread.Reader) -> None:
+    with iproute.pod_ns(busy_ns) as ipr:
         theirs = {
             m["index"]: (m.get_attr("IFLA_IFNAME"), m["flags"], m.get_attr("IFLA_MTU"),
                          m.get_attr("IFLA_ADDRESS"), m.get_attr("IFLA_OPERSTATE"),
@@ -73,8 +73,8 @@ def _ours(address: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool
     return address is None or not address.is_multicast
 
 
-def test_addresses_neighbors_routes_match_pyroute2(busy_ns: str, reader: rtdump.Reader) -> None:
-    with netlink.pod_ns(busy_ns) as ipr:
+def test_addresses_neighbors_routes_match_pyroute2(busy_ns: str, reader: nlread.Reader) -> None:
+    with iproute.pod_ns(busy_ns) as ipr:
         addrs = {(a["index"], ipaddress.ip_address(a.get_attr("IFA_ADDRESS")), a["prefixlen"])
                  for a in ipr.get_addr()}
         neigh = {(n["ifindex"], ipaddress.ip_address(n.get_attr("NDA_DST")),
@@ -99,7 +99,7 @@ def test_addresses_neighbors_routes_match_pyroute2(busy_ns: str, reader: rtdump.
     assert len(main) == sum(1 for r in ours if r[0] == 254)
 
 
-def test_route_lookup(busy_ns: str, reader: rtdump.Reader) -> None:
+def test_route_lookup(busy_ns: str, reader: nlread.Reader) -> None:
     a0 = reader.link("a0")
     found = reader.route_to(ipaddress.ip_address("10.78.3.4"))
     assert a0 is not None and found is not None
