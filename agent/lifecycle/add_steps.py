@@ -20,56 +20,18 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from agent.dataplane import Dataplane, UndoStack
+from agent.dataplane import UndoStack
 from agent.infra import failpoints, logs
-from agent.infra.metrics import Metrics
-from agent.lifecycle.pools import Pools
+from agent.lifecycle.parts import Parts
 from agent.linux.netns import PodNetns, using
 from agent.model.errors import CniError, InternalError, TryAgainLater
-from agent.model.pod import IPInterface, PodKey, PodNetwork, PodRecord, Wiring
+from agent.model.pod import IPInterface, PodKey, PodRecord, Wiring
 from agent.model.request import CniRequest
-from agent.state.journal import DeleteJournal
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class PodStore(Protocol):
-    """The part of agent/state/store the lifecycle uses (etcd in production)."""
-
-    def put_pod(self, node_id: int, record: PodRecord) -> None: ...
-    def update_pod(
-        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
-    ) -> None: ...
-    def delete_pod(
-        self, node_id: int, key: PodKey, known: PodRecord | None = None
-    ) -> PodRecord | None: ...
-    def get_pod(self, node_id: int, key: PodKey) -> PodRecord | None: ...
-    def list_pods(self, node_id: int) -> list[PodRecord]: ...
-
-
-class PodSide(Protocol):
-    """Pod-namespace configuration (agent/linux/pod_netns in production)."""
-
-    def configure(
-        self, pod: PodNetwork, gateway_mac: str, netns: PodNetns | None = None
-    ) -> str: ...
-    def check(self, pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]: ...
-
-
-class Parts(Protocol):
-    """What the steps use of agent/lifecycle/pods.PodManager."""
-
-    node_id: int
-    store: PodStore
-    dataplane: Dataplane
-    pools: Pools
-    pod_side: PodSide
-    metrics: Metrics
-    journal: DeleteJournal | None
-    mtu: int
 
 
 def add_steps(m: Parts, req: CniRequest, netns: PodNetns) -> PodRecord:

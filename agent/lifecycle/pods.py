@@ -15,33 +15,35 @@ treats it as garbage. Requests for one (container ID, ifname) run one at a time;
 run in parallel (agent/lifecycle/locks).
 
 The manager also keeps a copy of the node's records (agent/state/local_records: loaded at
-reconcile, updated
-by every ADD and DEL, this agent being their only writer, mirrored on the node's disk). etcd
-stays the truth for every decision; the copy finds a pod's older sandbox without listing etcd on
-every ADD, lets a DEL tear a pod down while etcd is unreachable (agent/state/journal keeps the
-release until etcd is back), and gives etcd back the records it lost (restore_records).
+reconcile, updated by every ADD and DEL, this agent being their only writer, mirrored on the
+node's disk). etcd stays the truth for every decision; the copy finds a pod's older sandbox
+without listing etcd on every ADD, lets a DEL tear a pod down while etcd is unreachable
+(agent/state/journal keeps the release until etcd is back), and gives etcd back the records it
+lost (restore_records). CHECK, inspection and repair are agent/lifecycle/checks'; the steps and
+the checks get the manager's parts (agent/lifecycle/parts), never the manager itself.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.dataplane import Dataplane, UndoStack
+from agent.dataplane import Dataplane
 from agent.infra import failpoints
 from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
-from agent.lifecycle.add_steps import PodSide, PodStore, add_steps, netns_matches
+from agent.lifecycle.add_steps import add_steps, netns_matches
+from agent.lifecycle.checks import CheckFailed as CheckFailed
+from agent.lifecycle.checks import Checks
 from agent.lifecycle.locks import KeyedLocks
+from agent.lifecycle.parts import Part, Parts, PodSide, PodStore
 from agent.lifecycle.pools import Pools
 from agent.linux import pod_netns
 from agent.linux.netns import PodNetns
-from agent.model.errors import CniError, TryAgainLater, UnknownContainer
+from agent.model.errors import CniError, TryAgainLater
 from agent.model.pod import PodKey, PodNetwork, PodRecord, Wiring
 from agent.model.request import CniRequest
 from agent.state.journal import DeleteJournal, JournalUnwritable
@@ -49,12 +51,6 @@ from agent.state.local_records import KnownRecords
 
 log = logging.getLogger(__name__)
 _STALE_ROUNDS = 20  # each lost round means another request replaced one of the pod's sandboxes
-
-
-class CheckFailed(CniError):
-    """CHECK found the attachment different from what ADD created."""
-
-    code = 103
 
 
 @dataclass(frozen=True)
@@ -65,6 +61,17 @@ class GCReport:
 
 class PodManager:
     """Runs CNI verbs against the store, the dataplane and the pod side."""
+
+    node_id: Part[int] = Part()
+    store: Part[PodStore] = Part()
+    dataplane: Part[Dataplane] = Part()
+    pools: Part[Pools] = Part()
+    mtu: Part[int] = Part()
+    metrics: Part[Metrics] = Part()
+    pod_side: Part[PodSide] = Part()
+    journal: Part[DeleteJournal | None] = Part()
+    known: Part[KnownRecords] = Part()
+    locks: Part[KeyedLocks] = Part()
 
     def __init__(
         self,
@@ -78,16 +85,9 @@ class PodManager:
         journal: DeleteJournal | None = None,
         records_dir: str | Path | None = None,
     ) -> None:
-        self.node_id = node_id
-        self.store = store
-        self.dataplane = dataplane
-        self.pools = pools
-        self.mtu = mtu
-        self.metrics = metrics or Metrics()
-        self.locks = KeyedLocks()
-        self.pod_side = pod_side
-        self.journal = journal
-        self.known = KnownRecords(records_dir)
+        self.parts = Parts(node_id, store, dataplane, pools, mtu, metrics or Metrics(), pod_side,
+                           journal, KnownRecords(records_dir), KeyedLocks())
+        self.checks = Checks(self.parts)
         self._drainer: SupervisedLoop | None = None
         self._refusing = ""
         self._register_gauges()
@@ -158,8 +158,8 @@ class PodManager:
             else:
                 log.info("replacing stale sandbox %s of pod %s", stale.key, req.pod_name)
                 self.teardown(current)
-        record = add_steps(self, req, netns)
-        self._remember(record)
+        record = add_steps(self.parts, req, netns)
+        self.known.remember(record)
         return record
 
     def _stale_sandbox(self, req: CniRequest) -> PodRecord | None:
@@ -178,37 +178,14 @@ class PodManager:
                 return record
         return None
 
-    # ---- the node's copy of its records (agent/state/local_records)
-    # ----------------------------------------
+    # ---- the node's copy of its records (agent/state/local_records) ------------------------
 
     def load(self, records: Iterable[PodRecord]) -> None:
         """Replaces the copy (reconcile calls this with the surviving records)."""
         self.known.load(records)
 
     def restore_records(self) -> list[str]:
-        """Writes back the records etcd lost (wiped, restored from an old backup) from the
-        in-memory copy, with their allocation keys; returns the keys written. A pod is never
-        removed because etcd forgot it."""
-        present = {r.key for r in self.store.list_pods(self.node_id)}
-        missing = [r.key for r in self.known.all() if r.key not in present]
-        restored: list[str] = []
-        for key in missing:
-            with self.locks.hold(key):
-                record = self.known.get(key)
-                if record is None or (self.journal is not None and self.journal.has(key)):
-                    continue  # deleted meanwhile
-                try:
-                    if self.store.get_pod(self.node_id, key) is None:
-                        self.store.put_pod(self.node_id, record)
-                        restored.append(str(key))
-                except TryAgainLater:
-                    raise  # the caller tries again (what was written stays written)
-                except CniError as exc:
-                    log.error("record of %s not written back: %s", key, exc)
-        return restored
-
-    def _remember(self, record: PodRecord) -> None:
-        self.known.remember(record)
+        return self.checks.restore_records()
 
     def _forget(self, key: PodKey) -> None:
         self.known.forget(key)
@@ -363,132 +340,25 @@ class PodManager:
         if self._drainer is not None:
             self._drainer.stop(timeout=5)
 
-    def live_problems(self, record: PodRecord) -> list[str]:
-        """What the dataplane and the pod netns lack compared with a ready record."""
-        wiring = Wiring(**record.wiring)
-        pod = record.network()
-        return self.dataplane.check(pod, wiring) + self.pod_side.check(
-            pod, wiring.gateway_mac, wiring.pod_mac
-        )
-
-    def live_problems_many(self, records: Sequence[PodRecord]) -> list[list[str] | CniError]:
-        """`live_problems` of each record, in order, the error in place of a pod whose check
-        failed; the dataplane reads its tables once for all (reconcile: linear in the pods)."""
-        items = [(r.network(), Wiring(**r.wiring)) for r in records]
-        try:
-            host: list[list[str] | None] = list(self.dataplane.check_many(items))
-        except CniError:  # one pod's failure must not hide the others: each on its own
-            host = [None] * len(items)
-        out: list[list[str] | CniError] = []
-        for (pod, wiring), problems in zip(items, host, strict=True):
-            try:
-                if problems is None:
-                    problems = self.dataplane.check(pod, wiring)
-                out.append(problems + self.pod_side.check(pod, wiring.gateway_mac, wiring.pod_mac))
-            except CniError as exc:
-                out.append(exc)
-        return out
-
-    # ---- repair (reconcile, and after the vswitch restarted) --------------------------------
-
-    def repair(self, key: PodKey) -> list[str]:
-        """Re-creates what a live, ready attachment is missing; returns what is still wrong.
-
-        The driver first tries in place (after a VPP restart a veth survives; only VPP's side
-        is made again, the pod keeps its interface); otherwise the pod is wired from scratch
-        with its recorded addresses and MACs, pod side included. The record gets the new wiring.
-        """
-        with self.locks.hold(key):
-            current = self.store.get_pod(self.node_id, key)
-            if current is None or current.state != "ready":
-                return []
-            if self.journal is not None and self.journal.has(key):
-                return []
-            if not self.live_problems(current):
-                return []
-            if not (os.path.exists(current.netns) and netns_matches(current)):
-                return [f"netns {current.netns} is gone"]
-            pod = current.network()
-            old = Wiring(**current.wiring)
-            wiring = self.dataplane.restore(pod, old)
-            how = "in place"
-            if wiring is None:
-                how = "from scratch"
-                self.dataplane.detach(pod, old)
-                undo = UndoStack()
-                try:
-                    wired = self.dataplane.attach(pod, undo)
-                    pod_mac = self.pod_side.configure(pod, wired.gateway_mac)
-                except BaseException:
-                    undo.unwind()
-                    raise
-                wiring = Wiring(wired.host_ifname, pod_mac, wired.gateway_mac, wired.extra)
-            updated = copy.deepcopy(current)
-            updated.wiring = asdict(wiring)
-            self.store.update_pod(self.node_id, updated, current)
-            self._remember(updated)
-            log.info("repaired %s (%s)", key, how)
-            return self.live_problems(updated)
-
-    def repair_all(self) -> dict[str, list[str]]:
-        """Repairs every known attachment; returns those still damaged, with their problems."""
-        keys = [r.key for r in self.known.all()]
-        damaged: dict[str, list[str]] = {}
-        for key in keys:
-            try:
-                problems = self.repair(key)
-            except CniError as exc:
-                problems = [f"repair failed: {exc}"]
-            if problems:
-                damaged[str(key)] = problems
-        return damaged
-
-    # ---- CHECK -----------------------------------------------------------------------------
+    # ---- CHECK, inspection, repair: agent/lifecycle/checks ----------------------------------
 
     def check(self, req: CniRequest) -> PodRecord:
-        with self.locks.hold(req.key):
-            record = self.store.get_pod(self.node_id, req.key)
-            if (
-                record is None
-                or record.state != "ready"
-                or (self.journal is not None and self.journal.has(req.key))
-            ):
-                raise UnknownContainer(f"no attachment {req.key} on this node")
-            problems = self._problems(record, req)
-            if problems:
-                raise CheckFailed(f"attachment {req.key} differs from its ADD", "; ".join(problems))
-            return record
+        return self.checks.check(req)
 
     def inspect(self, key: PodKey) -> dict[str, Any] | None:
-        """The record of `key` and what its live state lacks (an operator's CHECK: the netns,
-        the dataplane and the pod side compared with the record; nothing changed), or None."""
-        with self.locks.hold(key):
-            record = self.store.get_pod(self.node_id, key)
-            if record is None:
-                return None
-            problems: list[str] = []
-            if self.journal is not None and key in self.journal:
-                problems.append("a DEL of it is pending (journaled)")
-            elif record.state != "ready":
-                problems.append(f"state is {record.state!r}: its ADD did not finish")
-            elif not (os.path.exists(record.netns) and netns_matches(record)):
-                problems.append(f"netns {record.netns} is gone")
-            else:
-                problems += self.live_problems(record)
-            return {"containerId": key.container_id, "ifname": key.ifname,
-                    "ok": not problems, "problems": problems, "record": record.to_json_dict()}
+        return self.checks.inspect(key)
 
-    def _problems(self, record: PodRecord, req: CniRequest) -> list[str]:
-        problems: list[str] = []
-        if record.netns != req.netns:
-            problems.append(f"netns is {req.netns!r}, ADD wired {record.netns!r}")
-        elif not netns_matches(record):
-            # The pod's namespace is gone: its links are going with it (the kernel removes a
-            # dead namespace's veths asynchronously), so there is no live state to compare.
-            problems.append(f"{record.netns} is now another network namespace than ADD wired")
-            return problems + _prev_result_problems(req.config.get("prevResult"), record)
-        problems += _prev_result_problems(req.config.get("prevResult"), record)
-        return problems + self.live_problems(record)
+    def live_problems(self, record: PodRecord) -> list[str]:
+        return self.checks.live_problems(record)
+
+    def live_problems_many(self, records: Sequence[PodRecord]) -> list[list[str] | CniError]:
+        return self.checks.live_problems_many(records)
+
+    def repair(self, key: PodKey) -> list[str]:
+        return self.checks.repair(key)
+
+    def repair_all(self) -> dict[str, list[str]]:
+        return self.checks.repair_all()
 
     # ---- GC --------------------------------------------------------------------------------
 
@@ -516,16 +386,3 @@ class PodManager:
 
 def _key_of(record: PodRecord | None) -> PodKey | None:
     return None if record is None else record.key
-
-
-def _prev_result_problems(prev: object, record: PodRecord) -> list[str]:
-    """CHECK's prevResult must list the addresses ADD gave this attachment."""
-    if not isinstance(prev, dict):
-        return []
-    ips = prev.get("ips", [])
-    listed = (
-        {ip.get("address") for ip in ips if isinstance(ip, dict)}
-        if isinstance(ips, list)
-        else set()
-    )
-    return [f"prevResult lacks address {a}" for a in record.addresses if a not in listed]

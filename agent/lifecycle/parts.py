@@ -1,0 +1,73 @@
+"""The parts the lifecycle works with, built once by PodManager and passed down as they are: the
+ADD steps, the checks and repairs get this, never the manager (no step calls back into it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from agent.dataplane import Dataplane
+from agent.infra.metrics import Metrics
+from agent.lifecycle.locks import KeyedLocks
+from agent.lifecycle.pools import Pools
+from agent.linux.netns import PodNetns
+from agent.model.pod import PodKey, PodNetwork, PodRecord
+from agent.state.journal import DeleteJournal
+from agent.state.local_records import KnownRecords
+
+
+class PodStore(Protocol):
+    """The part of agent/state/store the lifecycle uses (etcd in production)."""
+
+    def put_pod(self, node_id: int, record: PodRecord) -> None: ...
+    def update_pod(
+        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
+    ) -> None: ...
+    def delete_pod(
+        self, node_id: int, key: PodKey, known: PodRecord | None = None
+    ) -> PodRecord | None: ...
+    def get_pod(self, node_id: int, key: PodKey) -> PodRecord | None: ...
+    def list_pods(self, node_id: int) -> list[PodRecord]: ...
+
+
+class PodSide(Protocol):
+    """Pod-namespace configuration (agent/linux/pod_netns in production)."""
+
+    def configure(
+        self, pod: PodNetwork, gateway_mac: str, netns: PodNetns | None = None
+    ) -> str: ...
+    def check(self, pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]: ...
+
+
+@dataclass
+class Parts:
+    """The collaborators of one node's lifecycle."""
+
+    node_id: int
+    store: PodStore
+    dataplane: Dataplane
+    pools: Pools
+    mtu: int
+    metrics: Metrics
+    pod_side: PodSide
+    journal: DeleteJournal | None
+    known: KnownRecords
+    locks: KeyedLocks
+
+
+T = TypeVar("T")
+
+
+class Part(Generic[T]):
+    """An attribute of the manager that is one of its parts, read and written through `parts`
+    (one place holds each part: a test may swap the store of a live manager)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> T:
+        value: T = getattr(obj.parts, self.name)
+        return value
+
+    def __set__(self, obj: Any, value: T) -> None:
+        setattr(obj.parts, self.name, value)
