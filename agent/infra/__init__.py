@@ -7,4 +7,5 @@
     loops.py       the supervised background loop every thread of the agent's runs in
     listwatch.py   a cached list + watch with relist and diff, for any source (etcd, Kubernetes)
     watchstream.py what such a source gives: listings, events, watch streams and their ends
+    health.py      probes: a yes/no condition checked in the background, read without waiting
 """

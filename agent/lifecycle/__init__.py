@@ -1,7 +1,9 @@
 """The lifecycle wing: the CNI verbs against state, dataplane and the pod's namespace.
 
     pods.py       PodManager: ADD, DEL, CHECK and GC, serialized per attachment
+    parts.py      what the steps and checks work with (store, dataplane, pools, pod side, ...)
     add_steps.py  one ADD's steps, each with its undo
+    checks.py     CHECK, inspection, repair, and the records etcd lost written back
     reconcile.py  before serving: make dataplane, pools and etcd agree with the records
     pools.py      the node's address pools (ipam allocators)
     locks.py      per-attachment serialization (never one node-wide lock)
