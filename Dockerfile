@@ -10,6 +10,7 @@ COPY pyproject.toml README.md ./
 COPY agent agent
 COPY cni_client cni_client
 COPY ipam ipam
+COPY policy policy
 COPY protos protos
 COPY vswitchctl vswitchctl
 RUN pip3 install --break-system-packages --no-cache-dir .

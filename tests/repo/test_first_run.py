@@ -24,7 +24,7 @@ from testbed import tools
 from testbed.tools import REPO
 
 CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-SHIPPED = ["agent", "cni_client", "ipam", "vswitchctl", "testbed", "benchmarks", "protos",
+SHIPPED = ["agent", "cni_client", "ipam", "policy", "vswitchctl", "testbed", "benchmarks", "protos",
            "demo.py", "demo_cluster.py"]
 OWN_PROGRAMS = {"vswitch-cni", "vswitch-agent", "vswitchctl"}
 

@@ -1,0 +1,198 @@
+"""The policy compiler: pods x namespaces x NetworkPolicies -> per-pod ingress and egress rules.
+
+    compile_policies(pods, namespaces, policies, sctp=..., node_addresses=..., node=...)
+        -> Compiled(pods={PodKey: PodPolicy}, warnings)
+
+Steps:
+1. Index the snapshot (policy.cluster): pods by namespace and label set, namespace labels.
+2. Per policy and direction it affects: the pods it selects, and per rule one `_Part`: the
+   peers' addresses (selectors -> the IPs of the pods they match; ipBlock -> its CIDR less its
+   excepts; no peers -> every address) and its ports split into numeric ranges and names.
+3. Per pod and direction: isolated iff some policy of that direction selects it; its raw rules
+   are its policies' parts with named ports resolved (ingress: against the pod itself; egress:
+   against each destination pod, so a part splits into one raw rule per peer pod that has the
+   port), then made canonical (policy.rules.canonical), memoized on what they were made of.
+
+Named ports on egress go to pod addresses only: an address no pod holds has no named ports.
+An SCTP port entry, when the renderer says it cannot express SCTP (`sctp=False`), matches
+nothing and is reported in `warnings`; the rest of its rule stands. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from policy import addresses
+from policy.addresses import AddressSet
+from policy.cluster import Cluster
+from policy.model import (
+    DIRECTIONS,
+    Direction,
+    IPAddress,
+    IPNetwork,
+    Namespace,
+    NetworkPolicy,
+    Pod,
+    PodKey,
+    PolicyError,
+    PolicyRule,
+    Protocol,
+)
+from policy.rules import (
+    ANY_PORT,
+    OPEN,
+    Compiled,
+    DirectionRules,
+    PodPolicy,
+    PortRange,
+    PortSet,
+    RawRule,
+    Rule,
+    canonical,
+    normalize_ports,
+    union_ports,
+)
+
+_Named = tuple[tuple[str, Protocol], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class _Part:
+    """One rule of one policy, as far as it does not depend on the selected pod."""
+
+    policy: str
+    peers: AddressSet
+    numeric: PortSet  # None: all traffic; (): no numeric entry (named ones only, or none left)
+    named: _Named
+    targets: tuple[tuple[AddressSet, PortSet], ...]  # egress + named: per peer pod
+
+    def raw(self, pod: Pod | None) -> list[RawRule]:
+        """Raw rules; `pod` (ingress) is the destination that resolves named ports."""
+        if pod is None:
+            out = [(self.peers, self.numeric, self.policy)]
+            return out + [(peers, ports, self.policy) for peers, ports in self.targets]
+        return [(self.peers, union_ports((self.numeric, _resolve(self.named, pod))),
+                 self.policy)]
+
+
+def _resolve(named: _Named, pod: Pod) -> tuple[PortRange, ...]:
+    return normalize_ports(PortRange(cp.protocol, cp.port, cp.port) for cp in pod.ports
+                           if (cp.name, cp.protocol) in named)
+
+
+class _Compiler:
+    def __init__(self, cluster: Cluster, sctp: bool) -> None:
+        self.cluster = cluster
+        self.sctp = sctp
+        self.warnings: set[str] = set()
+        self._networks: dict[AddressSet, tuple[IPNetwork, ...]] = {}
+        self._memo: dict[tuple[Direction, frozenset[object]], tuple[Rule, ...]] = {}
+
+    def networks(self, peers: AddressSet) -> tuple[IPNetwork, ...]:
+        found = self._networks.get(peers)
+        if found is None:
+            found = self._networks[peers] = addresses.networks(peers)
+        return found
+
+    def _ports(self, where: str, rule: PolicyRule) -> tuple[PortSet, _Named]:
+        if not rule.ports:
+            return None, ()
+        numeric: list[PortRange] = []
+        named: set[tuple[str, Protocol]] = set()
+        for j, port in enumerate(rule.ports):
+            if port.protocol == "SCTP" and not self.sctp:
+                self.warnings.add(f"{where}.ports[{j}]: SCTP cannot be expressed by this "
+                                  "dataplane; the entry matches nothing")
+            elif isinstance(port.port, str):
+                named.add((port.port, port.protocol))
+            elif port.port is None:
+                numeric.append(PortRange(port.protocol, *ANY_PORT))
+            else:
+                numeric.append(PortRange(port.protocol, port.port, port.end_port or port.port))
+        return normalize_ports(numeric), tuple(sorted(named))
+
+    def _targets(self, peers: AddressSet, named: _Named) -> tuple[tuple[AddressSet, PortSet],
+                                                                   ...]:
+        """Egress to named ports: per peer pod holding one of them, its addresses among the
+        peers and the port numbers the names have on it."""
+        per_pod: dict[PodKey, tuple[Pod, list[PortRange]]] = {}
+        for name, protocol in named:
+            for pod, number in self.cluster.named_ports.get((name, protocol), ()):
+                entry = per_pod.setdefault(pod.key, (pod, []))
+                entry[1].append(PortRange(protocol, number, number))
+        out = []
+        for pod, ports in per_pod.values():
+            mine = addresses.of_addresses(ip for ip in pod.ips if addresses.contains(peers, ip))
+            if mine:
+                out.append((mine, normalize_ports(ports)))
+        return tuple(out)
+
+    def part(self, policy: NetworkPolicy, direction: Direction, index: int,
+             rule: PolicyRule) -> _Part:
+        where = f"NetworkPolicy {policy.key}: spec.{direction.lower()}[{index}]"
+        peers = addresses.EVERY_ADDRESS if not rule.peers else addresses.union(
+            self.cluster.peer_addresses(policy.namespace, peer) for peer in rule.peers)
+        numeric, named = self._ports(where, rule)
+        targets = self._targets(peers, named) if direction == "Egress" and named else ()
+        return _Part(policy.key, peers, numeric, named, targets)
+
+    def rules(self, direction: Direction, pod: Pod, parts: list[_Part]) -> tuple[Rule, ...]:
+        ingress = direction == "Ingress"
+        # what the result depends on: the parts, and for ingress the pod's resolved names
+        key = frozenset((id(p), _resolve(p.named, pod) if ingress and p.named else None)
+                        for p in parts)
+        found = self._memo.get((direction, key))
+        if found is None:
+            raw = [r for p in parts for r in p.raw(pod if ingress else None)]
+            found = self._memo[(direction, key)] = canonical(raw, self.networks)
+        return found
+
+
+def _selections(compiler: _Compiler, policies: Iterable[NetworkPolicy],
+                wanted: set[PodKey]) -> dict[tuple[PodKey, Direction], list[_Part]]:
+    """(pod, direction) -> the parts of every policy of that direction selecting the pod."""
+    out: dict[tuple[PodKey, Direction], list[_Part]] = {}
+    seen: set[str] = set()
+    for policy in sorted(policies, key=lambda p: p.key):
+        if policy.key in seen:
+            raise PolicyError("policies", policy.key, "two NetworkPolicies of one name")
+        seen.add(policy.key)
+        selected = [pod.key for pod in compiler.cluster.select(policy.namespace,
+                                                               policy.pod_selector)
+                    if pod.key in wanted]
+        for direction in DIRECTIONS:
+            rules = policy.rules(direction)
+            if not policy.affects(direction):
+                if rules:
+                    compiler.warnings.add(f"NetworkPolicy {policy.key}: spec.{direction.lower()}"
+                                          f" is ignored: policyTypes has no {direction}")
+                continue
+            parts = [compiler.part(policy, direction, i, r) for i, r in enumerate(rules)]
+            for key in selected:
+                out.setdefault((key, direction), []).extend(parts)
+    return out
+
+
+
+def compile_policies(pods: Iterable[Pod], namespaces: Iterable[Namespace],
+                     policies: Iterable[NetworkPolicy], *, sctp: bool,
+                     node_addresses: Mapping[str, Iterable[IPAddress]] | None = None,
+                     node: str | None = None) -> Compiled:
+    """Every (non-host-network) pod's rule sets, or only those of `node`'s pods; peers are
+    resolved against all pods either way. `sctp`: whether the renderer can express SCTP ports.
+    `node_addresses`: node name -> its addresses, exempt from its pods' policies."""
+    compiler = _Compiler(Cluster(pods, namespaces), sctp)
+    mine = [p for p in compiler.cluster.pods if node is None or p.node == node]
+    selections = _selections(compiler, policies, {p.key for p in mine})
+    nodes = node_addresses or {}
+    out: dict[PodKey, PodPolicy] = {}
+    for pod in mine:
+        directions: list[DirectionRules] = []
+        for direction in DIRECTIONS:
+            parts = selections.get((pod.key, direction))
+            directions.append(OPEN if parts is None else
+                              DirectionRules(True, compiler.rules(direction, pod, parts)))
+        exempt = sorted(set(nodes.get(pod.node, ())), key=addresses.point)
+        out[pod.key] = PodPolicy(pod.key, tuple(exempt), directions[0], directions[1])
+    return Compiled(out, tuple(sorted(compiler.warnings)))

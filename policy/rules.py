@@ -1,0 +1,165 @@
+"""What the compiler gives: per pod, per direction, whether the pod is isolated and its allow rules.
+
+A `Rule` allows traffic from (ingress) or to (egress) any address of `peers` on any of `ports`;
+a direction's rules are ORed. `ports` is None when the rule allows all traffic, every protocol
+included (ICMP too): a rule that names ports but none of them can match (an unresolved named
+port, an SCTP port the renderer cannot express) is no rule at all, never an allow-all, and the
+type keeps the two apart so that no renderer can confuse them.
+
+The rules are canonical, so that a renderer can diff two compilations and tests can compare them:
+peers are the fewest CIDRs covering the set exactly, port ranges are merged per protocol, rules
+with equal ports or equal peers are merged (exact, since rules are ORed), a rule whose traffic
+another rule allows entirely is dropped (its policies move to that rule), and everything is
+sorted. `policies` lists the NetworkPolicies ("namespace/name") whose rules allow some of a
+rule's traffic, and together all of it (for counters and `vswitchctl policy POD`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from policy import addresses
+from policy.addresses import AddressSet
+from policy.model import IPAddress, IPNetwork, PodKey, Protocol
+
+ANY_PORT = (0, 65535)
+
+
+@dataclass(frozen=True, order=True)
+class PortRange:
+    """Ports first..last (inclusive) of one protocol; 0..65535 is every port of it."""
+
+    protocol: Protocol
+    first: int
+    last: int
+
+    def __str__(self) -> str:
+        if (self.first, self.last) == ANY_PORT:
+            return self.protocol
+        if self.first == self.last:
+            return f"{self.protocol}/{self.first}"
+        return f"{self.protocol}/{self.first}-{self.last}"
+
+
+PortSet = tuple[PortRange, ...] | None  # None: all traffic, every protocol
+
+
+@dataclass(frozen=True)
+class Rule:
+    peers: tuple[IPNetwork, ...]
+    ports: PortSet
+    policies: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DirectionRules:
+    """`isolated` False: everything is allowed (no policy of this direction selects the pod)
+    and `rules` is empty. True: only what a rule allows (none: nothing)."""
+
+    isolated: bool
+    rules: tuple[Rule, ...] = ()
+
+
+OPEN = DirectionRules(False)
+
+
+@dataclass(frozen=True)
+class PodPolicy:
+    """A pod's rule sets. `node_addresses` (its node's, as given to the compiler) are allowed
+    both ways whatever the rules say: the spec exempts the pod's node (kubelet probes). The spec
+    also exempts the pod itself (hairpin through a Service); its addresses are the renderer's."""
+
+    pod: PodKey
+    node_addresses: tuple[IPAddress, ...]
+    ingress: DirectionRules
+    egress: DirectionRules
+
+
+@dataclass(frozen=True)
+class Compiled:
+    pods: Mapping[PodKey, PodPolicy]
+    warnings: tuple[str, ...]
+
+
+def normalize_ports(ranges: Iterable[PortRange]) -> tuple[PortRange, ...]:
+    out: list[PortRange] = []
+    for r in sorted(ranges):
+        last = out[-1] if out else None
+        if last is not None and last.protocol == r.protocol and r.first <= last.last + 1:
+            if r.last > last.last:
+                out[-1] = PortRange(r.protocol, last.first, r.last)
+        else:
+            out.append(r)
+    return tuple(out)
+
+
+def union_ports(sets: Iterable[PortSet]) -> PortSet:
+    merged: list[PortRange] = []
+    for ports in sets:
+        if ports is None:
+            return None
+        merged.extend(ports)
+    return normalize_ports(merged)
+
+
+def ports_subset(inner: PortSet, outer: PortSet) -> bool:
+    if outer is None:
+        return True
+    return inner is not None and union_ports((inner, outer)) == outer
+
+
+# The compiler's raw rules: (peers, ports, policy). Working form: (peers, ports, policies).
+RawRule = tuple[AddressSet, PortSet, str]
+_Work = tuple[AddressSet, PortSet, frozenset[str]]
+
+
+def _by_ports(rules: list[_Work]) -> list[_Work]:
+    groups: dict[PortSet, tuple[list[AddressSet], set[str]]] = {}
+    for peers, ports, policies in rules:
+        group = groups.setdefault(ports, ([], set()))
+        group[0].append(peers)
+        group[1].update(policies)
+    return [(addresses.union(p), ports, frozenset(pol)) for ports, (p, pol) in groups.items()]
+
+
+def _by_peers(rules: list[_Work]) -> list[_Work]:
+    groups: dict[AddressSet, tuple[list[PortSet], set[str]]] = {}
+    for peers, ports, policies in rules:
+        group = groups.setdefault(peers, ([], set()))
+        group[0].append(ports)
+        group[1].update(policies)
+    return [(peers, union_ports(p), frozenset(pol)) for peers, (p, pol) in groups.items()]
+
+
+def _drop_subsumed(rules: list[_Work]) -> list[_Work]:
+    def within(a: _Work, b: _Work) -> bool:
+        return a is not b and ports_subset(a[1], b[1]) and addresses.issubset(a[0], b[0])
+
+    kept = [r for r in rules if not any(within(r, other) for other in rules)]
+    policies = {id(k): set(k[2]) for k in kept}
+    for r in rules:
+        for k in kept:
+            if within(r, k):
+                policies[id(k)].update(r[2])
+    return [(k[0], k[1], frozenset(policies[id(k)])) for k in kept]
+
+
+def _ports_key(ports: PortSet) -> tuple[object, ...]:
+    return (0,) if ports is None else (1, *((p.protocol, p.first, p.last) for p in ports))
+
+
+def canonical(raw: Iterable[RawRule],
+              networks: Callable[[AddressSet], tuple[IPNetwork, ...]]) -> tuple[Rule, ...]:
+    """The canonical rules of a direction from its raw rules (a set: order is irrelevant)."""
+    rules: list[_Work] = [(peers, ports, frozenset((policy,))) for peers, ports, policy in raw
+                          if peers and (ports is None or ports)]
+    while True:
+        count = len(rules)
+        rules = _by_peers(_by_ports(rules))
+        if len(rules) == count:
+            break
+    rules = _drop_subsumed(rules)
+    rules.sort(key=lambda r: (_ports_key(r[1]), r[0]))
+    return tuple(Rule(networks(peers), ports, tuple(sorted(policies)))
+                 for peers, ports, policies in rules)
