@@ -10,11 +10,20 @@ has the one label the API server would give it, `kubernetes.io/metadata.name`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+from collections.abc import Iterable, Iterator, Mapping
 
 from policy import addresses
 from policy.addresses import AddressSet
-from policy.model import EVERYTHING, LabelSelector, Namespace, Peer, Pod, PolicyError, Protocol
+from policy.model import (
+    EVERYTHING,
+    IPAddress,
+    LabelSelector,
+    Namespace,
+    Peer,
+    Pod,
+    PolicyError,
+)
 
 _LabelKey = frozenset[tuple[str, str]]
 
@@ -37,19 +46,28 @@ class Cluster:
         self.pods.sort(key=lambda p: p.key)
         # namespace -> label set -> (the labels, its pods)
         self._groups: dict[str, dict[_LabelKey, tuple[Mapping[str, str], list[Pod]]]] = {}
-        # (port name, protocol) -> (pod, port number) for every pod holding an address
-        self.named_ports: dict[tuple[str, Protocol], list[tuple[Pod, int]]] = {}
+        # every pod address on the number line, for "which pods lie in these addresses"
+        self._points: list[tuple[int, int, IPAddress]] = []  # (point, pod index, address)
         for pod in self.pods:
             if pod.namespace not in self.ns_labels:
                 self.ns_labels[pod.namespace] = Namespace(pod.namespace).labels
             groups = self._groups.setdefault(pod.namespace, {})
             groups.setdefault(frozenset(pod.labels.items()), (pod.labels, []))[1].append(pod)
-            if pod.ips:
-                for cp in pod.ports:
-                    self.named_ports.setdefault((cp.name, cp.protocol), []).append((pod, cp.port))
+        for index, pod in enumerate(self.pods):
+            self._points += [(addresses.point(ip), index, ip) for ip in pod.ips]
+        self._points.sort()
         self._selected: dict[tuple[str, LabelSelector], list[Pod]] = {}
         self._namespaces: dict[LabelSelector, list[str]] = {}
         self._addresses: dict[tuple[str, LabelSelector], AddressSet] = {}
+
+    def pods_within(self, within: AddressSet) -> Iterator[tuple[Pod, IPAddress]]:
+        """Every (pod, address) with the address in `within`, by address."""
+        for first, last in within:
+            i = bisect.bisect_left(self._points, (first, -1))
+            while i < len(self._points) and self._points[i][0] <= last:
+                _, index, ip = self._points[i]
+                yield self.pods[index], ip
+                i += 1
 
     def select(self, namespace: str, selector: LabelSelector) -> list[Pod]:
         """The pods of `namespace` that `selector` matches."""

@@ -55,6 +55,7 @@ from policy.rules import (
 )
 
 _Named = tuple[tuple[str, Protocol], ...]
+_Targets = tuple[tuple[AddressSet, PortSet], ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,7 +66,7 @@ class _Part:
     peers: AddressSet
     numeric: PortSet  # None: all traffic; (): no numeric entry (named ones only, or none left)
     named: _Named
-    targets: tuple[tuple[AddressSet, PortSet], ...]  # egress + named: per peer pod
+    targets: _Targets  # egress + named: per peer pod, its addresses among the peers, its ports
 
     def raw(self, pod: Pod | None) -> list[RawRule]:
         """Raw rules; `pod` (ingress) is the destination that resolves named ports."""
@@ -88,6 +89,7 @@ class _Compiler:
         self.warnings: set[str] = set()
         self._networks: dict[AddressSet, tuple[IPNetwork, ...]] = {}
         self._memo: dict[tuple[Direction, frozenset[object]], tuple[Rule, ...]] = {}
+        self._targets_memo: dict[tuple[AddressSet, _Named], _Targets] = {}
 
     def networks(self, peers: AddressSet) -> tuple[IPNetwork, ...]:
         found = self._networks.get(peers)
@@ -112,21 +114,23 @@ class _Compiler:
                 numeric.append(PortRange(port.protocol, port.port, port.end_port or port.port))
         return normalize_ports(numeric), tuple(sorted(named))
 
-    def _targets(self, peers: AddressSet, named: _Named) -> tuple[tuple[AddressSet, PortSet],
-                                                                   ...]:
+    def _targets(self, peers: AddressSet, named: _Named) -> _Targets:
         """Egress to named ports: per peer pod holding one of them, its addresses among the
         peers and the port numbers the names have on it."""
-        per_pod: dict[PodKey, tuple[Pod, list[PortRange]]] = {}
-        for name, protocol in named:
-            for pod, number in self.cluster.named_ports.get((name, protocol), ()):
-                entry = per_pod.setdefault(pod.key, (pod, []))
-                entry[1].append(PortRange(protocol, number, number))
-        out = []
-        for pod, ports in per_pod.values():
-            mine = addresses.of_addresses(ip for ip in pod.ips if addresses.contains(peers, ip))
-            if mine:
-                out.append((mine, normalize_ports(ports)))
-        return tuple(out)
+        key = (peers, named)
+        found = self._targets_memo.get(key)
+        if found is not None:
+            return found
+        per_pod: dict[int, tuple[tuple[PortRange, ...], list[IPAddress]]] = {}
+        for pod, ip in self.cluster.pods_within(peers):
+            entry = per_pod.get(id(pod))
+            if entry is None:
+                entry = per_pod[id(pod)] = (_resolve(named, pod), [])
+            entry[1].append(ip)
+        found = tuple((addresses.of_addresses(ips), ports) for ports, ips in per_pod.values()
+                      if ports)
+        self._targets_memo[key] = found
+        return found
 
     def part(self, policy: NetworkPolicy, direction: Direction, index: int,
              rule: PolicyRule) -> _Part:
