@@ -97,7 +97,11 @@ class _Compiler:
             found = self._networks[peers] = addresses.networks(peers)
         return found
 
-    def _ports(self, where: str, rule: PolicyRule) -> tuple[PortSet, _Named]:
+    def ports(self, policy: NetworkPolicy, direction: Direction, index: int,
+              rule: PolicyRule) -> tuple[PortSet, _Named]:
+        """The rule's numeric port ranges and its (name, protocol) pairs, SCTP ones left out
+        (and warned about) when the renderer cannot express SCTP."""
+        where = f"NetworkPolicy {policy.key}: spec.{direction.lower()}[{index}]"
         if not rule.ports:
             return None, ()
         numeric: list[PortRange] = []
@@ -134,10 +138,9 @@ class _Compiler:
 
     def part(self, policy: NetworkPolicy, direction: Direction, index: int,
              rule: PolicyRule) -> _Part:
-        where = f"NetworkPolicy {policy.key}: spec.{direction.lower()}[{index}]"
         peers = addresses.EVERY_ADDRESS if not rule.peers else addresses.union(
             self.cluster.peer_addresses(policy.namespace, peer) for peer in rule.peers)
-        numeric, named = self._ports(where, rule)
+        numeric, named = self.ports(policy, direction, index, rule)
         targets = self._targets(peers, named) if direction == "Egress" and named else ()
         return _Part(policy.key, peers, numeric, named, targets)
 
@@ -172,11 +175,14 @@ def _selections(compiler: _Compiler, policies: Iterable[NetworkPolicy],
                     compiler.warnings.add(f"NetworkPolicy {policy.key}: spec.{direction.lower()}"
                                           f" is ignored: policyTypes has no {direction}")
                 continue
+            if not selected:  # nothing to resolve; its warnings are the input's all the same
+                for i, rule in enumerate(rules):
+                    compiler.ports(policy, direction, i, rule)
+                continue
             parts = [compiler.part(policy, direction, i, r) for i, r in enumerate(rules)]
             for key in selected:
                 out.setdefault((key, direction), []).extend(parts)
     return out
-
 
 
 def compile_policies(pods: Iterable[Pod], namespaces: Iterable[Namespace],
@@ -185,7 +191,8 @@ def compile_policies(pods: Iterable[Pod], namespaces: Iterable[Namespace],
                      node: str | None = None) -> Compiled:
     """Every (non-host-network) pod's rule sets, or only those of `node`'s pods; peers are
     resolved against all pods either way. `sctp`: whether the renderer can express SCTP ports.
-    `node_addresses`: node name -> its addresses, exempt from its pods' policies."""
+    `node_addresses`: node name -> its addresses, exempt from its pods' policies.
+    PolicyError: two pods, namespaces or policies of one name."""
     compiler = _Compiler(Cluster(pods, namespaces), sctp)
     mine = [p for p in compiler.cluster.pods if node is None or p.node == node]
     selections = _selections(compiler, policies, {p.key for p in mine})
