@@ -11,9 +11,10 @@ Test plan:
 - SCTP never widens: without SCTP, TCP/UDP/ICMP verdicts do not change and SCTP ones only
   narrow; the SCTP warnings name exactly the SCTP entries of the directions in force;
 - canonical form: permuting pods, namespaces, policies, rules, peers and ports gives an identical
-  result; compiling one node's pods gives those pods' entries of the full compilation; the rules
-  themselves are in canonical shape (sorted disjoint CIDRs, merged port ranges, no two rules with
-  equal ports or equal peers, none inside another, ports never the empty tuple).
+  result; compiling one node's pods gives those pods' entries of the full compilation and the
+  same warnings; the rules themselves are in canonical shape (sorted disjoint CIDRs, merged port
+  ranges, no two rules with equal ports or equal peers, none inside another, ports never the
+  empty tuple).
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ def test_the_result_is_canonical(spec: ClusterSpec, rng: random.Random) -> None:
         mine = _compile(spec, node=node)
         assert mine.pods == {k: v for k, v in compiled.pods.items()
                              if _pod(spec, k.name).node == node}
+        assert mine.warnings == compiled.warnings
     for pod in compiled.pods.values():
         assert pod.node_addresses == tuple(NODES[_pod(spec, pod.pod.name).node])
         for rules in (pod.ingress, pod.egress):
