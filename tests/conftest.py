@@ -14,14 +14,29 @@ from pathlib import Path
 
 import pytest
 
-from testbed.etcd import EtcdServer
+from testbed.etcd import EtcdServer, ServerTLS
 from testbed.netns import named_netns
+from testbed.pki import EtcdPki
 
 
 @pytest.fixture(scope="session")
 def etcd_endpoints() -> Iterator[list[str]]:
     with EtcdServer() as server:
         yield server.endpoints
+
+
+@pytest.fixture(scope="module")
+def etcd_pki(tmp_path_factory: pytest.TempPathFactory) -> EtcdPki:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (testbed/pki)."""
+    return EtcdPki.make(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_etcd(etcd_pki: EtcdPki) -> Iterator[EtcdServer]:
+    """An etcd that speaks TLS only and wants a client certificate of etcd_pki's CA."""
+    pki = etcd_pki
+    with EtcdServer(ServerTLS(pki.server.cert, pki.server.key, pki.ca.cert)) as server:
+        yield server
 
 
 @pytest.fixture

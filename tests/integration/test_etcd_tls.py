@@ -1,5 +1,5 @@
 """The agent process, the plugin and vswitchctl against a real etcd over TLS with client
-certificates (Debian's etcd 3.4 with --client-cert-auth; certificates from testbed/pki.py).
+certificates (Debian's etcd 3.4 with --client-cert-auth; certificates from testbed/etcd_pki.py).
 
 Plan:
 - served: an agent configured with EtcdCAFile, EtcdCertFile and EtcdKeyFile gets ready (its
@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +50,11 @@ from testbed.tools import REPO
 SUBNET = "10.246.0.0/16"
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> EtcdPki:
-    return EtcdPki.make(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.fixture(scope="module")
-def tls_etcd(pki: EtcdPki) -> Iterator[EtcdServer]:
-    with EtcdServer(ServerTLS(pki.server.cert, pki.server.key, pki.ca.cert)) as server:
-        yield server
-
-
-def tls_keys(pki: EtcdPki, **override: str) -> dict[str, str]:
-    return {"EtcdCAFile": str(pki.ca.cert), "EtcdCertFile": str(pki.client.cert),
-            "EtcdKeyFile": str(pki.client.key), **override}
+def tls_keys(etcd_pki: EtcdPki, **override: str) -> dict[str, str]:
+    return {"EtcdCAFile": str(etcd_pki.ca.cert), "EtcdCertFile": str(etcd_pki.client.cert),
+            "EtcdKeyFile": str(etcd_pki.client.key), **override}
 
 
 def python(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -91,12 +82,12 @@ def readiness_reason(agent: AgentHandle, wanted: str, timeout: float = 60.0) -> 
 # ---- served ---------------------------------------------------------------------------------
 
 def test_agent_plugin_and_vswitchctl_over_tls(
-        tmp_path: Path, pki: EtcdPki, tls_etcd: EtcdServer,
+        tmp_path: Path, etcd_pki: EtcdPki, tls_etcd: EtcdServer,
         make_netns: Callable[[], str]) -> None:
     netns = make_netns()
     container = f"c{secrets.token_hex(8)}"
     with running_agent(tmp_path, tls_etcd.endpoints, pod_subnet=SUBNET,
-                       extra_config=tls_keys(pki)) as agent:
+                       extra_config=tls_keys(etcd_pki)) as agent:
         added = run_plugin("ADD", net_config(agent), container_id=container, netns=netns)
         assert added.returncode == 0, added.stdout + added.stderr
         address = added.json["ips"][0]["address"]
@@ -119,12 +110,13 @@ def test_agent_plugin_and_vswitchctl_over_tls(
         bare = python("vswitchctl", "--etcd", tls_etcd.endpoints[0], "nodes")
         assert bare.returncode == 2 and "EtcdCAFile" in bare.stderr, bare.stderr
         wrong_key = tmp_path / "wrong-key.yaml"
-        wrong_key.write_text(json.dumps({**agent.config, "EtcdKeyFile": str(pki.stranger.key)}))
+        stranger = str(etcd_pki.stranger.key)
+        wrong_key.write_text(json.dumps({**agent.config, "EtcdKeyFile": stranger}))
         refused = python("vswitchctl", "--config", str(wrong_key), "nodes")
         assert refused.returncode == 2, refused.stderr
-        assert "EtcdKeyFile" in refused.stderr and str(pki.stranger.key) in refused.stderr
+        assert "EtcdKeyFile" in refused.stderr and str(etcd_pki.stranger.key) in refused.stderr
         wrong_ca = tmp_path / "wrong-ca.yaml"
-        wrong_ca.write_text(json.dumps({**agent.config, "EtcdCAFile": str(pki.other_ca.cert)}))
+        wrong_ca.write_text(json.dumps({**agent.config, "EtcdCAFile": str(etcd_pki.other_ca.cert)}))
         untrusted = python("vswitchctl", "--config", str(wrong_ca), "nodes")
         assert untrusted.returncode == 3, untrusted.stderr
         assert untrusted.stderr.startswith("vswitchctl: etcd TLS failure at https://")
@@ -148,15 +140,15 @@ def not_pem(tmp: Path) -> str:
     ("EtcdCertFile", lambda tmp, pki: str(tmp / "missing.crt"), "cannot read"),
     ("EtcdCAFile", lambda tmp, pki: not_pem(tmp), "not PEM"),
     ("EtcdKeyFile", lambda tmp, pki: str(pki.stranger.key), "does not belong to the certificate"),
-    ("EtcdKeyFile", lambda tmp, pki: None, "is set without EtcdKeyFile"),
+    ("EtcdKeyFile", lambda tmp, etcd_pki: None, "is set without EtcdKeyFile"),
 ])
 def test_bad_tls_files_are_refused_at_start_naming_the_file(
-        tmp_path: Path, pki: EtcdPki, tls_etcd: EtcdServer, key: str,
+        tmp_path: Path, etcd_pki: EtcdPki, tls_etcd: EtcdServer, key: str,
         value: Callable[[Path, EtcdPki], str | None], reason: str) -> None:
     config = agent_config(tmp_path, tls_etcd.endpoints, pod_subnet=SUBNET,
                           node_name=f"refused-{secrets.token_hex(3)}",
-                          extra_config=tls_keys(pki))
-    path = value(tmp_path, pki)
+                          extra_config=tls_keys(etcd_pki))
+    path = value(tmp_path, etcd_pki)
     if path is None:
         del config[key]
     else:
@@ -180,26 +172,27 @@ def test_bad_tls_files_are_refused_at_start_naming_the_file(
 # ---- named while etcd is awaited ------------------------------------------------------------
 
 def test_a_wrong_ca_is_named_in_readiness(
-        tmp_path: Path, pki: EtcdPki, tls_etcd: EtcdServer) -> None:
+        tmp_path: Path, etcd_pki: EtcdPki, tls_etcd: EtcdServer) -> None:
     config = agent_config(tmp_path, tls_etcd.endpoints, pod_subnet=SUBNET,
                           node_name=f"wrong-ca-{secrets.token_hex(3)}",
-                          extra_config=tls_keys(pki, EtcdCAFile=str(pki.other_ca.cert)))
+                          extra_config=tls_keys(etcd_pki, EtcdCAFile=str(etcd_pki.other_ca.cert)))
     agent = start_agent(tmp_path, config)
     try:
         reason = readiness_reason(agent, "certificate verify failed")
     finally:
         agent.stop()
     assert "certificate verify failed" in reason, reason
-    assert "waiting for etcd" in reason and str(pki.other_ca.cert) in reason
+    assert "waiting for etcd" in reason and str(etcd_pki.other_ca.cert) in reason
     assert "certificate verify failed" in agent.log()
 
 
 def test_a_server_certificate_for_another_name_is_named_in_readiness(
-        tmp_path: Path, pki: EtcdPki) -> None:
-    with EtcdServer(ServerTLS(pki.misnamed.cert, pki.misnamed.key, pki.ca.cert)) as misnamed:
+        tmp_path: Path, etcd_pki: EtcdPki) -> None:
+    misnamed_tls = ServerTLS(etcd_pki.misnamed.cert, etcd_pki.misnamed.key, etcd_pki.ca.cert)
+    with EtcdServer(misnamed_tls) as misnamed:
         config = agent_config(tmp_path, misnamed.endpoints, pod_subnet=SUBNET,
                               node_name=f"misnamed-{secrets.token_hex(3)}",
-                              extra_config=tls_keys(pki))
+                              extra_config=tls_keys(etcd_pki))
         agent = start_agent(tmp_path, config)
         try:
             reason = readiness_reason(agent, "hostname mismatch")
@@ -225,18 +218,18 @@ def add_until_served(agent: AgentHandle, container: str, netns: str,
 
 
 def test_a_tls_failure_after_start_is_cni_error_11_naming_it(
-        tmp_path: Path, pki: EtcdPki, make_netns: Callable[[], str]) -> None:
+        tmp_path: Path, etcd_pki: EtcdPki, make_netns: Callable[[], str]) -> None:
     served = tmp_path / "served"
     served.mkdir()
     cert, key = served / "etcd.crt", served / "etcd.key"
-    shutil.copy(pki.server.cert, cert)
-    shutil.copy(pki.server.key, key)
-    rotated = pki.other_ca.issue("etcd-rotated", server=True, sans=("IP:127.0.0.1",))
+    shutil.copy(etcd_pki.server.cert, cert)
+    shutil.copy(etcd_pki.server.key, key)
+    rotated = etcd_pki.other_ca.issue("etcd-rotated", server=True, sans=("IP:127.0.0.1",))
     netns = make_netns()
     container = f"c{secrets.token_hex(8)}"
-    with EtcdServer(ServerTLS(cert, key, pki.ca.cert)) as etcd, \
+    with EtcdServer(ServerTLS(cert, key, etcd_pki.ca.cert)) as etcd, \
             running_agent(tmp_path, etcd.endpoints, pod_subnet=SUBNET,
-                          extra_config=tls_keys(pki)) as agent:
+                          extra_config=tls_keys(etcd_pki)) as agent:
         etcd.stop()
         shutil.copy(rotated.cert, cert)
         shutil.copy(rotated.key, key)
@@ -253,8 +246,8 @@ def test_a_tls_failure_after_start_is_cni_error_11_naming_it(
         assert pod_side.returncode != 0, "a failed ADD leaves nothing in the pod"
 
         etcd.stop()
-        shutil.copy(pki.server.cert, cert)
-        shutil.copy(pki.server.key, key)
+        shutil.copy(etcd_pki.server.cert, cert)
+        shutil.copy(etcd_pki.server.key, key)
         etcd.start()
         added = add_until_served(agent, container, netns)
         assert added.returncode == 0, added.stdout
