@@ -140,7 +140,7 @@ def not_pem(tmp: Path) -> str:
     ("EtcdCertFile", lambda tmp, pki: str(tmp / "missing.crt"), "cannot read"),
     ("EtcdCAFile", lambda tmp, pki: not_pem(tmp), "not PEM"),
     ("EtcdKeyFile", lambda tmp, pki: str(pki.stranger.key), "does not belong to the certificate"),
-    ("EtcdKeyFile", lambda tmp, etcd_pki: None, "is set without EtcdKeyFile"),
+    ("EtcdKeyFile", lambda tmp, pki: None, "is set without EtcdKeyFile"),
 ])
 def test_bad_tls_files_are_refused_at_start_naming_the_file(
         tmp_path: Path, etcd_pki: EtcdPki, tls_etcd: EtcdServer, key: str,
