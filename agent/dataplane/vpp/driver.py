@@ -208,12 +208,9 @@ class VppDataplane:
                         neighbors.delete(self.api, sw, addr.ip, mac)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
-        try:
-            self._ensure()
-        except CniError:
-            # VPP is away: still free the kernel side; the VPP part is found by its tag later.
-            self.mode.remove_local(pod)
-            raise
+        # VPP away: nothing is removed, not even the veth, which a VPP that stopped answering
+        # may still poll (veth_afpacket.py); the runtime retries the DEL.
+        self._ensure()
         found = self._pod_interfaces(pod, names.pod_tag(pod.key))
         if not found:
             self._unwire(pod, None)
