@@ -11,6 +11,7 @@
 - `CniNetwork`: one network driven through the libcni driver: ours (vswitch-cni) or the
   reference bridge + host-local. Both run the driver inside a 'host' namespace of the benchmark's
   own (via nsenter), so both pay the same exec overhead and the bridge never touches the machine.
+- `interrupter`: a SIGTERM/SIGHUP handler that unwinds like Ctrl-C, so every cleanup runs.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ import ipaddress
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import yaml
@@ -249,3 +252,18 @@ class PodSubnets:
         octet = self.SECOND_OCTETS[self._next % len(self.SECOND_OCTETS)]
         self._next += 1
         return f"10.{octet}.0.0/16"
+
+
+def interrupter(main_pid: int) -> Callable[[int, FrameType | None], None]:
+    """SIGTERM/SIGHUP -> KeyboardInterrupt, so that every cleanup runs as on Ctrl-C. Only in this
+    process: pyroute2 forks helpers (inheriting the handler) and stops them with SIGTERM; they
+    must die as usual, never unwind into our cleanup code."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return handler
