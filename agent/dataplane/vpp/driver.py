@@ -32,6 +32,7 @@ from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
 from agent.dataplane.vpp.tapv2 import TapV2
 from agent.dataplane.vpp.veth_afpacket import VethAfPacket
+from agent.infra import failpoints
 from agent.linux import netlink
 from agent.model.errors import CniError, DataplaneFailure
 from agent.model.pod import IPAddress, PodKey, PodNetwork, Wiring
@@ -192,6 +193,7 @@ class VppDataplane:
     def _unwire(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         """Routes, neighbors, then the interface and link; what is missing is skipped."""
         self._unwire_vpp(pod, sw_if_index)
+        failpoints.hit("del:vpp-unrouted")
         self.mode.remove(pod, sw_if_index)
 
     def _unwire_vpp(self, pod: PodNetwork, sw_if_index: int | None) -> None:

@@ -17,6 +17,7 @@ from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.interfaces import set_tag
 from agent.dataplane.vpp.modes import Port
+from agent.infra import failpoints
 from agent.linux import ethtool, netlink
 from agent.model.pod import PodNetwork
 
@@ -84,6 +85,7 @@ class VethAfPacket:
         if sw_if_index is not None:
             # Raises when VPP refuses or does not answer: the veth stays (see the docstring).
             afpacket.delete(self.api, host)
+            failpoints.hit("del:vpp-afpacket")
         netlink.delete_link(host)
 
     def problems(self, pod: PodNetwork, sw_if_index: int) -> list[str]:
