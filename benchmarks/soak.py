@@ -101,6 +101,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def soak_one(name: str, args: argparse.Namespace, etcd_endpoints: list[str], tmp: Path,
              stack: ExitStack, subnets: PodSubnets, driver: Path, bin_dir: Path) -> DataplaneRun:
     """One dataplane's whole run: agent up, churn, leak counts, agent down, logs read."""
+    tmp = tmp / name  # its own StateDir, sockets and logs
+    tmp.mkdir()
     namespaces = Namespaces("vsk")
     stack.callback(namespaces.close)
     host_ns = namespaces.create()

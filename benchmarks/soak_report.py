@@ -26,29 +26,33 @@ BEGIN = "<!-- soak: begin (written by python -m benchmarks.soak; benchmarks.run 
 END = "<!-- soak: end -->"
 LATENCY_TOLERANCE = 0.10  # the last window's median within 10 % of the first's
 
-# (key, label, resolution): what the slopes table shows, and the smallest change that counts.
-FIGURES: list[tuple[str, str, float]] = [
-    ("agent_rss_kib", "agent RSS (KiB)", 1024),
-    ("agent_threads", "agent threads", 1),
-    ("agent_fds", "agent open fds", 1),
-    ("vpp_heap_used_kib", "VPP main heap used (KiB)", 1024),
-    ("vpp_rss_kib", "VPP RSS (KiB)", 1024),
-    ("vpp_fds", "VPP open fds", 1),
-    ("vpp_interfaces_all", "VPP interfaces (all users)", 1),
-    ("vpp_interfaces_live_pods", "VPP interfaces of the soak's pods", 1),
-    ("vpp_routes_pod_vrf", "VPP routes in the soak's pod VRF", 1),
-    ("vpp_neighbors_all", "VPP neighbors (all users)", 1),
-    ("vpp_fib_entries", "VPP FIB entries in use (all users)", 1),
-    ("vpp_ping_ms", "VPP control ping (ms)", 5),
-    ("etcd_keys", "etcd keys under the agent's prefix", 1),
-    ("allocations", "allocations (agent REST)", 1),
-    ("links_live_pods", "host links of live pods", 1),
-    ("links_all", "host links (whole node)", 1),
-    ("routes_pod_range", "host routes into the pod range", 1),
-    ("routes_all", "host routes (whole node)", 1),
-    ("nft_rules_ours", "nftables rules (agent's table + Service)", 1),
-    ("nft_rules_all", "nftables rules (whole node)", 1),
-    ("conntrack", "conntrack entries (whole node)", 64),
+# (key, label, resolution, judged): what the slopes table shows, the smallest change that
+# counts, and whether the figure is the soak's own (judged) or the node's whole, which other
+# users of the machine and of its VPP move too (shown for context).
+FIGURES: list[tuple[str, str, float, bool]] = [
+    ("agent_rss_kib", "agent RSS (KiB)", 1024, True),
+    ("agent_threads", "agent threads", 1, True),
+    ("agent_fds", "agent open fds", 1, True),
+    ("vpp_heap_used_kib", "VPP main heap used (KiB)", 1024, True),
+    ("vpp_api_trace_items", "VPP API trace items (all users)", 1, False),
+    ("vpp_rss_kib", "VPP RSS (KiB)", 1024, True),
+    ("vpp_fds", "VPP open fds", 1, True),
+    ("vpp_interfaces_live_pods", "VPP interfaces of the soak's pods", 1, True),
+    ("vpp_routes_pod_vrf", "VPP routes in the soak's pod VRF", 1, True),
+    ("vpp_neighbors_live_pods", "VPP neighbors on the soak's pods' interfaces", 1, True),
+    ("vpp_interfaces_all", "VPP interfaces (all users)", 1, False),
+    ("vpp_neighbors_all", "VPP neighbors (all users)", 1, False),
+    ("vpp_fib_entries", "VPP FIB entries in use (all users)", 1, False),
+    ("vpp_ping_ms", "VPP control ping (ms)", 50, False),
+    ("etcd_keys", "etcd keys under the agent's prefix", 1, True),
+    ("allocations", "allocations (agent REST)", 1, True),
+    ("links_live_pods", "host links of live pods", 1, True),
+    ("routes_pod_range", "host routes into the pod range", 1, True),
+    ("nft_rules_ours", "nftables rules (agent's table + Service)", 1, True),
+    ("links_all", "host links (whole node)", 1, False),
+    ("routes_all", "host routes (whole node)", 1, False),
+    ("nft_rules_all", "nftables rules (whole node)", 1, False),
+    ("conntrack", "conntrack entries (whole node)", 64, False),
 ]
 # (key, label, expected with N live pods, expected after the last DEL; None: N)
 LEAKS: list[tuple[str, str]] = [
@@ -198,6 +202,37 @@ def latency(run: DataplaneRun) -> dict[str, tuple[Latency, Latency, str]]:
     return out
 
 
+def solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
+    """x with m x = v for a 3x3 system (Cramer's rule); None when singular."""
+    def det(a: list[list[float]]) -> float:
+        return (a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+                - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+                + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]))
+    d = det(m)
+    if abs(d) < 1e-12:
+        return None
+    out = []
+    for col in range(3):
+        swapped = [[v[r] if c == col else m[r][c] for c in range(3)] for r in range(3)]
+        out.append(det(swapped) / d)
+    return out
+
+
+def drift(run: DataplaneRun, verb: str) -> float | None:
+    """The per-window median's drift in ms per 1,000 cycles with the machine's load taken out:
+    least squares of p50 = a + b * cycle + c * load1 over the full windows; b * 1000."""
+    rows = [(float(w.cycle), float(w.load1.split()[0]),
+             percentile(w.add_ms if verb == "ADD" else w.del_ms, 50))
+            for w in run.windows if len(w.add_ms) >= max(1, run.window // 2) and w.del_ms]
+    if len(rows) < 5:
+        return None
+    xs = [(1.0, c, load) for c, load, _ in rows]
+    m = [[sum(x[i] * x[j] for x in xs) for j in range(3)] for i in range(3)]
+    v = [sum(x[i] * r[2] for x, r in zip(xs, rows, strict=True)) for i in range(3)]
+    solved = solve3(m, v)
+    return None if solved is None else solved[1] * 1000
+
+
 def _fmt(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
 
@@ -239,16 +274,23 @@ def _run_section(run: DataplaneRun) -> list[str]:
     out += [f"- {d}" for d in run.details[:10]]
     out += ["", "| figure | first sample | last sample | slope / 1,000 cycles (2nd half) "
             "| whole run | verdict |", "| --- | --- | --- | --- | --- | --- |"]
-    for key, label, resolution in FIGURES:
+    for key, label, resolution, judged in FIGURES:
         s = slope(run, key, resolution)
         if s is not None:
+            verdict = s.verdict if judged else f"({s.verdict.strip('*')}: context)"
             out.append(f"| {label} | {_fmt(s.first)} | {_fmt(s.last)} | "
                        f"{s.per_1000:+.2f} ± {2 * s.se_1000:.2f} | {s.whole_per_1000:+.2f} | "
-                       f"{s.verdict} |")
-    out += ["", "| verb | first window p50 / p90 / p99 (ms) | last window p50 / p90 / p99 (ms) "
-            "| within 10 % (p50) |", "| --- | --- | --- | --- |"]
+                       f"{verdict} |")
+    full = [w for w in run.windows if len(w.add_ms) >= max(1, run.window // 2)]
+    loads = (f" (load {full[0].load1.split()[0]} then {full[-1].load1.split()[0]})"
+             if len(full) >= 2 else "")
+    out += ["", f"| verb | first window p50 / p90 / p99 (ms) | last window p50 / p90 / p99 (ms)"
+            f"{loads} | within 10 % (p50) | p50 drift, load taken out (ms / 1,000 cycles) |",
+            "| --- | --- | --- | --- | --- |"]
     for verb, (first, last, verdict) in latency(run).items():
-        out.append(f"| {verb} | {first} | {last} | {verdict} |")
+        d = drift(run, verb)
+        out.append(f"| {verb} | {first} | {last} | {verdict} | "
+                   f"{'-' if d is None else f'{d:+.1f}'} |")
     out += ["", "| leak count | with the live pods up | after the last DEL |",
             "| --- | --- | --- |"]
     out += [f"| {label} | {a:.0f} | {b:.0f} |" for label, (a, b) in run.leak_counts().items()]

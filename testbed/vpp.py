@@ -116,6 +116,13 @@ class VppProbe:
             raise ValueError(f"unexpected `show fib memory`: {text!r}")
         return int(match.group(1))
 
+    def api_trace_items(self) -> int:
+        """Messages in VPP's API trace ring (`api trace status`; 0 when tracing is off). With
+        `api-trace { on }` VPP keeps a copy of every request until its ring (256k items by
+        default) is full: its main heap grows with every request until then."""
+        match = re.search(r"RX trace: used (\d+) of", self.cli("api trace status"))
+        return int(match.group(1)) if match else 0
+
     def interfaces(self) -> list[interfaces.VppInterface]:
         return interfaces.dump(self.api)
 
