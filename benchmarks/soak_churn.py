@@ -19,7 +19,7 @@ from benchmarks.soak_report import DataplaneRun, Window
 from testbed.agent import AgentHandle
 from testbed.echo import TCP_PORT, UDP_PORT, EchoHub, probe
 from testbed.service import DnatService
-from testbed.vpp import VppProbe
+from testbed.vpp import VppProbe, VppWatch
 
 MAX_DETAILS = 100
 GIVE_UP_AFTER = 25  # cycles in a row with a failure: the node is broken, stop
@@ -58,8 +58,9 @@ class Churn:
         # An address no range of the soak's uses, unique per run: the Service's ClusterIP.
         self.service = DnatService(f"10.127.{self.rng.randrange(1, 255)}."
                                    f"{self.rng.randrange(1, 255)}")
-        self.probe = VppProbe(settings.vpp_socket, str(agent.config.get("VPPAPIDir", "")))\
-            if settings.vpp_socket else None
+        api_dir = str(agent.config.get("VPPAPIDir", ""))
+        self.probe = VppProbe(settings.vpp_socket, api_dir) if settings.vpp_socket else None
+        self.watch = VppWatch(settings.vpp_socket, api_dir) if settings.vpp_socket else None
         self.live: deque[SoakPod] = deque()
         self.dead: dict[str, SoakPod] = {}  # by container ID
         self.result = DataplaneRun(dataplane=dataplane, pods=settings.pods, window=settings.window)
@@ -109,6 +110,11 @@ class Churn:
         self.service.remove()
         if self.probe is not None:
             self.probe.close()
+        if self.watch is not None:
+            self.watch.stop()
+            self.result.vpp_pings = self.watch.pings
+            self.result.vpp_unanswered = self.watch.unanswered
+            self.result.vpp_slowest_ms = self.watch.slowest_ms
 
     def all_links(self) -> set[str]:
         return {p.link for p in (*self.live, *self.dead.values())}

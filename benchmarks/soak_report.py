@@ -96,6 +96,9 @@ class DataplaneRun:
     leaks_live: dict[str, float] = field(default_factory=dict)
     leaks_empty: dict[str, float] = field(default_factory=dict)
     final_del_ms: list[float] = field(default_factory=list)
+    vpp_pings: int = 0  # control pings once a second over the whole run (testbed/vpp.VppWatch)
+    vpp_unanswered: int = 0
+    vpp_slowest_ms: float = 0.0
     vpp_log: Attribution | None = None
     vpp_log_path: str = ""
     agent_lines: list[str] = field(default_factory=list)
@@ -122,7 +125,7 @@ class DataplaneRun:
     def clean(self) -> bool:
         leaks = any(a or b for a, b in self.leak_counts().values())
         caused = self.vpp_log is not None and bool(self.vpp_log.caused_by_client)
-        return not (self.failures or leaks or caused or self.vpp_silent)
+        return not (self.failures or leaks or caused or self.vpp_silent or self.vpp_unanswered)
 
 
 @dataclass(frozen=True)
@@ -256,7 +259,8 @@ def render(header: dict[str, Any], runs: list[DataplaneRun]) -> str:
             "**flat** when the slope is within two standard errors of zero or predicts less "
             "than the figure's resolution over the run (1 MiB of memory, 1 fd, 1 object). "
             "Leak counts: what is left of deleted pods with the live pods still up, and of "
-            "all pods after the last DEL.", ""]
+            "all pods after the last DEL. Why the figures that grow grow, and how a day's run "
+            "is made: [docs/soak.md](docs/soak.md).", ""]
     for run in runs:
         out += _run_section(run)
     out += [END, ""]
@@ -271,6 +275,10 @@ def _run_section(run: DataplaneRun) -> list[str]:
            f"cycles; **{run.failures} failed checks**"
            + (f", VPP silent at {run.vpp_silent} samples" if run.vpp_silent else "")
            + ".", ""]
+    if run.vpp_pings:
+        out += [f"VPP answered **{run.vpp_pings - run.vpp_unanswered} of {run.vpp_pings}** "
+                f"control pings sent once a second for the whole run (slowest "
+                f"{run.vpp_slowest_ms:.0f} ms).", ""]
     out += [f"- {d}" for d in run.details[:10]]
     out += ["", "| figure | first sample | last sample | slope / 1,000 cycles (2nd half) "
             "| whole run | verdict |", "| --- | --- | --- | --- | --- | --- |"]

@@ -10,12 +10,15 @@ configuration removed in VPP's order afterwards, and a probe of what VPP holds.
 - `VppProbe(socket, api_dir)`: a client of its own that counts interfaces, routes and neighbors,
   reads the main heap and the FIB's entries through the CLI (`cli_inband`), and times a
   control ping (is VPP answering?).
+- `VppWatch(socket, api_dir)`: a thread that pings VPP every second for as long as it runs and
+  keeps the slowest answer and the pings that got none (a VPP that stalls between samples).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -138,3 +141,31 @@ class VppProbe:
 
     def neighbors(self) -> dict[tuple[int, str], str]:
         return neighbors.dump(self.api)
+
+
+class VppWatch:
+    """Pings VPP every `interval` seconds on a connection of its own until `stop()`."""
+
+    def __init__(self, socket: str, api_dir: str = "", interval: float = 1.0) -> None:
+        self.probe = VppProbe(socket, api_dir)
+        self.interval = interval
+        self.pings = 0
+        self.unanswered = 0
+        self.slowest_ms = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vpp-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            ms = self.probe.ping_ms()
+            self.pings += 1
+            if ms is None:
+                self.unanswered += 1
+            else:
+                self.slowest_ms = max(self.slowest_ms, ms)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.probe.close()

@@ -2,11 +2,12 @@
 names its API socket; VPP's log is judged when VSWITCH_TEST_VPP_LOG names it (testbed/vpplog).
 
 Plan: the real agent (`Dataplane: vpp`, its own VRFs, interconnect and subnets: testbed/vpp)
-keeps 10 live pods while 150 are added and deleted through the real plugin, every cycle
+keeps 10 live pods while 400 are added and deleted through the real plugin, every cycle
 checked (TCP to an older pod, the Service stand-in over TCP and UDP). Asserted: every check
-passed, VPP answered at every sample, nothing of a deleted pod is left (VPP interfaces, routes,
-neighbors, host links and routes, etcd records and allocations) with the live pods up nor after
-the last DEL, and VPP's log has no line a client caused for the soak's interfaces. No timing.
+passed, VPP answered every control ping (one a second) and every sample, nothing of a deleted
+pod is left (VPP interfaces, routes, neighbors, host links and routes, etcd records and
+allocations) with the live pods up nor after the last DEL, and VPP's log has no line a client
+caused for the soak's interfaces. No timing.
 """
 
 from __future__ import annotations
@@ -33,15 +34,16 @@ def test_a_short_soak_on_a_real_vpp_leaks_nothing(tmp_path: Path) -> None:
     data = tmp_path / "soak.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.soak", "--dataplane", "vpp", "--pods", "10",
-         "--cycles", "150", "--window", "25", "--out", str(tmp_path / "soak.md"),
+         "--cycles", "400", "--window", "50", "--out", str(tmp_path / "soak.md"),
          "--json", str(data)],
         cwd=REPO, capture_output=True, text=True, timeout=1200, check=False,
     )
     assert data.exists(), proc.stderr[-4000:]
     (run,) = json.loads(data.read_text())["runs"]
     assert run["failures"] == 0, run["details"]
-    assert run["cycles"] == 150
+    assert run["cycles"] == 400
     assert all(w["values"]["vpp_answers"] == 1.0 for w in run["windows"])
+    assert run["vpp_pings"] > 0 and run["vpp_unanswered"] == 0  # a ping a second throughout
     for counts in (run["leaks_live"], run["leaks_empty"]):
         for key in ("vpp_interfaces_dead_pods", "vpp_routes_dead_pods",
                     "vpp_neighbors_dead_pods", "links_dead_pods", "routes_dead_pods"):
