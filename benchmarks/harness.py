@@ -4,8 +4,8 @@
   end; removing a pod namespace also frees the veth pair whose pod end lives in it.
 - `launch_agent` / `agent_running`: a real `vswitch-agent` process (kernel dataplane, or VPP when
   asked) at the production log level (INFO), with a unique EtcdPrefix, node name,
-  HostInterfacePrefix and gateway interface; stopped with SIGTERM at the end, its gateway and any
-  host link with its prefix removed.
+  HostInterfacePrefix and gateway interface; stopped with SIGTERM at the end, its gateway, any
+  host link with its prefix and its NAT table removed.
 - `plugin_bin_dir`: the plugin installed as the DaemonSet does (agent.install_cni's launcher
   and code zip).
 - `CniNetwork`: one network driven through the libcni driver: ours (vswitch-cni) or the
@@ -37,6 +37,7 @@ import yaml
 from pyroute2 import IPRoute, netns
 
 from agent.install_files import SHEBANG_FLAGS, build_plugin
+from agent.linux import hostnat
 from testbed.agent import AgentHandle, agent_config
 from testbed.libcni import REFERENCE_PLUGINS, Libcni, unique
 
@@ -129,7 +130,8 @@ def wait_ready(agent: AgentHandle, timeout: float = 120.0) -> float:
 
 
 def remove_agent_links(config: Mapping[str, Any]) -> None:
-    """Removes the agent's gateway and any host link carrying its (unique) prefix."""
+    """Removes the agent's gateway, any host link carrying its (unique) prefix, and its NAT
+    table (a stopped agent keeps it on purpose: pods keep their egress while it restarts)."""
     prefix = str(config["HostInterfacePrefix"])
     with IPRoute() as ipr:
         for link in ipr.get_links():
@@ -137,6 +139,9 @@ def remove_agent_links(config: Mapping[str, Any]) -> None:
             if name == config["GatewayInterface"] or name.startswith(prefix):
                 with contextlib.suppress(Exception):  # gone in between: fine
                     ipr.link("del", index=link["index"])
+    if config.get("NatTable"):  # the agent's own table (testbed.agent names one per agent)
+        with contextlib.suppress(hostnat.NftError):
+            hostnat.remove(str(config["NatTable"]))
 
 
 @contextmanager
