@@ -12,12 +12,16 @@ so removing the pod's namespace did not take the link from under VPP's AF_PACKET
 fake VPP saw its interface deleted while the host device still existed (`FakeVPP.log` is
 empty); and afterwards nothing of the pod is left: no VPP interface, no veth end, no parked
 end, no allocation.
+
+And `--teardown` (a node leaving, pods still wired): each pod's VPP interface goes, before its
+veth; nothing of the pod is left in VPP or on the node.
 """
 
 from __future__ import annotations
 
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +106,42 @@ def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
         for handle in agents:
             handle.stop()
         for name in (host, parked, config["VPPHostInterface"], config["GatewayInterface"]):
+            subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+        subprocess.run(["nft", "delete", "table", "inet", config["NatTable"]],
+                       capture_output=True, check=False)
+
+
+def test_teardown_removes_a_live_pods_vpp_interface_before_its_veth(
+    tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP
+) -> None:
+    suffix = secrets.token_hex(2)
+    config = agent_config(tmp_path, etcd_endpoints, pod_subnet=SUBNET,
+                          node_name=f"teardown-{suffix}", extra_config={
+                              "Dataplane": "vpp", "VPPAPISocket": fake.socket_path,
+                              "VPPAPIDir": API_DIR, "UseTAPInterfaces": False,
+                              "VPPHostInterface": f"vsq{suffix}h",
+                              "VPPHostPeerInterface": f"vsq{suffix}v"})
+    cid = f"c{secrets.token_hex(8)}"
+    key = PodKey(cid, "eth0")
+    handle = start_agent(tmp_path, config)
+    try:
+        handle.wait_ready()
+        with named_netns("vdt") as netns:
+            out = run_plugin("ADD", net_config(handle), container_id=cid, netns=netns)
+            assert out.returncode == 0, out.stdout + out.stderr
+            handle.stop()
+            done = subprocess.run([sys.executable, "-m", "agent.main", "--config",
+                                   str(handle.config_path), "--teardown"],
+                                  capture_output=True, text=True, check=False,
+                                  cwd=Path(__file__).resolve().parents[2])
+            assert done.returncode == 0, done.stderr
+            assert fake.log() == []
+            assert fake.interface_by_tag(names.pod_tag(key)) is None
+            assert not netlink.link_exists(names.veth_host_ifname(key))
+    finally:
+        handle.stop()
+        for name in (names.veth_host_ifname(key), config["VPPHostInterface"],
+                     config["GatewayInterface"]):
             subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
         subprocess.run(["nft", "delete", "table", "inet", config["NatTable"]],
                        capture_output=True, check=False)
