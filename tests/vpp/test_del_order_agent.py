@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from agent.dataplane.vpp import names
+from agent.infra.failpoints import VPP_DEL_POINTS
 from agent.linux import netlink
 from agent.model.pod import PodKey
 from cni_client.park import parked_name
@@ -55,7 +56,7 @@ def wait_until(what: str, done: object, timeout: float = 20.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.parametrize("interrupted", ["agent down", "del:vpp-unrouted", "del:vpp-afpacket"])
+@pytest.mark.parametrize("interrupted", ["agent down", *VPP_DEL_POINTS])
 def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
     tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, interrupted: str
 ) -> None:
