@@ -4,13 +4,14 @@
   end; removing a pod namespace also frees the veth pair whose pod end lives in it.
 - `launch_agent` / `agent_running`: a real `vswitch-agent` process (kernel dataplane, or VPP when
   asked) at the production log level (INFO), with a unique EtcdPrefix, node name,
-  HostInterfacePrefix and gateway interface; stopped with SIGTERM at the end, its gateway and any
-  host link with its prefix removed.
+  HostInterfacePrefix and gateway interface; stopped with SIGTERM at the end, its gateway, any
+  host link with its prefix and its NAT table removed.
 - `plugin_bin_dir`: the plugin installed as the DaemonSet does (agent.install_cni's launcher
   and code zip).
 - `CniNetwork`: one network driven through the libcni driver: ours (vswitch-cni) or the
   reference bridge + host-local. Both run the driver inside a 'host' namespace of the benchmark's
   own (via nsenter), so both pay the same exec overhead and the bridge never touches the machine.
+- `interrupter`: a SIGTERM/SIGHUP handler that unwinds like Ctrl-C, so every cleanup runs.
 """
 
 from __future__ import annotations
@@ -20,20 +21,23 @@ import ipaddress
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import yaml
 from pyroute2 import IPRoute, netns
 
 from agent.install_files import SHEBANG_FLAGS, build_plugin
+from agent.linux import hostnat
 from testbed.agent import AgentHandle, agent_config
 from testbed.libcni import REFERENCE_PLUGINS, Libcni, unique
 
@@ -126,7 +130,8 @@ def wait_ready(agent: AgentHandle, timeout: float = 120.0) -> float:
 
 
 def remove_agent_links(config: Mapping[str, Any]) -> None:
-    """Removes the agent's gateway and any host link carrying its (unique) prefix."""
+    """Removes the agent's gateway, any host link carrying its (unique) prefix, and its NAT
+    table (a stopped agent keeps it on purpose: pods keep their egress while it restarts)."""
     prefix = str(config["HostInterfacePrefix"])
     with IPRoute() as ipr:
         for link in ipr.get_links():
@@ -134,6 +139,9 @@ def remove_agent_links(config: Mapping[str, Any]) -> None:
             if name == config["GatewayInterface"] or name.startswith(prefix):
                 with contextlib.suppress(Exception):  # gone in between: fine
                     ipr.link("del", index=link["index"])
+    if config.get("NatTable"):  # the agent's own table (testbed.agent names one per agent)
+        with contextlib.suppress(hostnat.NftError):
+            hostnat.remove(str(config["NatTable"]))
 
 
 @contextmanager
@@ -249,3 +257,18 @@ class PodSubnets:
         octet = self.SECOND_OCTETS[self._next % len(self.SECOND_OCTETS)]
         self._next += 1
         return f"10.{octet}.0.0/16"
+
+
+def interrupter(main_pid: int) -> Callable[[int, FrameType | None], None]:
+    """SIGTERM/SIGHUP -> KeyboardInterrupt, so that every cleanup runs as on Ctrl-C. Only in this
+    process: pyroute2 forks helpers (inheriting the handler) and stops them with SIGTERM; they
+    must die as usual, never unwind into our cleanup code."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return handler

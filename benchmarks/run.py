@@ -19,12 +19,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 
 from agent.dataplane.vpp.afpacket import RingOptions
 from benchmarks import (
@@ -37,6 +35,7 @@ from benchmarks import (
     plugin_exec,
     restart,
     scale_add,
+    soak_report,
     traffic,
 )
 from benchmarks.harness import (
@@ -46,6 +45,7 @@ from benchmarks.harness import (
     PodSubnets,
     agent_running,
     bench_agent_config,
+    interrupter,
     ours_network,
     plugin_bin_dir,
     reference_network,
@@ -88,21 +88,6 @@ QUICK = Counts(latency_runs=5, warmup=1, throughput_pods=8, throughput_runs=1, e
 
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def _interrupter(main_pid: int) -> Callable[[int, FrameType | None], None]:
-    """SIGTERM/SIGHUP -> KeyboardInterrupt, so that every cleanup runs as on Ctrl-C. Only in this
-    process: pyroute2 forks helpers (inheriting the handler) and stops them with SIGTERM; they
-    must die as usual, never unwind into our cleanup code."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != main_pid:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    return handler
 
 
 def _agent_sections(res: Results, counts: Counts, tmp: Path, stack: ExitStack,
@@ -239,11 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("quick-mode numbers must not replace BENCHMARKS.md; pick another --out")
     if os.geteuid() != 0:
         parser.error("needs root: it creates network namespaces and links")
-    handler = _interrupter(os.getpid())
+    handler = interrupter(os.getpid())
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)
     results = run(QUICK if args.quick else FULL, "quick" if args.quick else "full", command)
-    out.write_text(render(results))
+    kept = soak_report.kept_section(out)  # the soak's section is benchmarks.soak's to write
+    out.write_text(render(results) + (f"\n{kept}" if kept else ""))
     log(f"wrote {out} ({results.wall_s:.0f} s)")
     print(out)
     return 0

@@ -10,7 +10,9 @@ This is the one place where gRPC outcomes become CNI errors:
 - an unreachable agent -> 11 for ADD/CHECK/GC, 50 (not ready) for STATUS; a DEL is journaled on
   the node's disk (cni_client/journal) and succeeds, so a pod never sticks in Terminating: the
   agent tears the attachment down and releases its addresses when it settles the journal. Only
-  a DEL that cannot even be journaled fails (11), so the runtime retries it.
+  a DEL that cannot even be journaled fails (11), so the runtime retries it. A journaled DEL
+  also parks the pod's interface in the node's namespace (cni_client/park), so that the runtime
+  removing the pod's namespace does not destroy the link under VPP before the agent is back.
 """
 
 from __future__ import annotations
@@ -91,8 +93,11 @@ def _journal(inv: Invocation, why: str, log: Log) -> None:
     except OSError as exc:
         raise PluginError(TRY_AGAIN_LATER, "vswitch agent is not reachable and the DEL could "
                           f"not be journaled in {inv.state_dir}", f"{why}; {exc}") from exc
+    from cni_client.park import park  # the same: only on this path
+
+    parked = park(inv.netns, inv.ifname, inv.container_id)
     log.warning(f"agent unreachable ({why}): DEL of {inv.container_id}/{inv.ifname} journaled "
-                f"in {path}; the agent settles it when it is back")
+                f"in {path}; {parked}; the agent settles it when it is back")
 
 
 def _decode_reply(call: grpc_unix.CallResult) -> CNIReply | None:

@@ -28,9 +28,11 @@ from typing import Any
 import yaml
 
 from agent.linux import hostnat
+from agent.model.errors import CniError
 from testbed import tools
 from testbed.etcd import free_port
 from testbed.tools import REPO
+from testbed.vpp import remove_base
 
 AGENT = [sys.executable, "-m", "agent.main"]
 
@@ -208,11 +210,19 @@ def serving_agent(
 ) -> Iterator[AgentHandle]:
     """The agent of `config`, ready; at the end stopped, and what it made on the node removed."""
     handle = start_agent(workdir, config, args=args)
+    pod_network = ""
     try:
         handle.wait_ready(timeout=wait)
+        if config.get("Dataplane") == "vpp":
+            pod_network = str(handle.get("/contiv/v1/ipam")[1]["podNetwork"])
         yield handle
     finally:
         handle.stop()
+        if pod_network:
+            # VPP's interconnect interface before its veth: a veth deleted under VPP's
+            # AF_PACKET socket makes VPP poll a dead device (testbed/vpplog).
+            with contextlib.suppress(CniError):
+                remove_base(config, pod_network)
         # The node-side links the agent made: the kernel gateway, or VPP's interconnect (its
         # veth peer goes with it).
         for name in (handle.gateway_ifname, config.get("VPPHostInterface")):

@@ -6,12 +6,11 @@ Removed, in the node's network namespace: the pods' host links the agent tagged 
 HostInterfacePrefix, alias `vswitch-cni:...`; their host routes go with them), the kernel
 dataplane's gateway interface (its pod-subnet route goes with it), the Linux end of the VPP
 interconnect (with its routes to the pod subnets), the agent's NAT table (`NatTable`), a stale
-CNI socket, and with `Dataplane: vpp` the driver's base configuration in a VPP that still runs
-(interconnect, gateway loopback, routes; see agent/dataplane/vpp/teardown.py). Refused while an
-agent serves the socket. Not touched: etcd (the node's ID and records; `python -m
-agent.state.node_ids
-release` frees the ID), the CNI files on the node (`python3 -m agent.install_cni --uninstall`),
-the StateDir.
+CNI socket, and with `Dataplane: vpp` the pods' interfaces and the driver's base configuration in
+a VPP that still runs (interconnect, gateway loopback, routes; see agent/dataplane/vpp/teardown.py),
+VPP's side of each link before the link. Refused while an agent serves the socket. Not touched:
+etcd (the node's ID and records; `python -m agent.state.node_ids release` frees the ID), the CNI
+files on the node (`python3 -m agent.install_cni --uninstall`), the StateDir.
 """
 
 from __future__ import annotations
@@ -36,12 +35,14 @@ def teardown(cfg: AgentConfig) -> list[str]:
     if not socket_dir_existed:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(cfg.cni_socket))
+    if cfg.dataplane == "vpp":
+        # VPP first: each pod's AF_PACKET interface before its veth (VPP must never poll a
+        # socket whose device is gone; agent/dataplane/vpp/veth_afpacket.py).
+        removed += _vpp_base(cfg)
     pod_links = netlink.links_with_alias_prefix(OWNER_PREFIX)
     for name in sorted(pod_links):
         if name.startswith(cfg.host_interface_prefix) and netlink.delete_link(name):
             removed.append(f"pod link {name} ({pod_links[name]})")
-    if cfg.dataplane == "vpp":
-        removed += _vpp_base(cfg)
     for what, name in (("gateway interface", cfg.gateway_interface),
                        ("VPP interconnect", cfg.vpp_host_interface)):
         if netlink.delete_link(name):
@@ -72,7 +73,11 @@ def _vpp_base(cfg: AgentConfig) -> list[str]:
         return [f"VPP base configuration left: {exc}"]
     dp = VppDataplane(vpp_config(cfg, networks))
     try:
-        return [f"VPP: {what}" for what in dp.teardown()]
+        pods = []
+        for name, tag in sorted(dp.owned().items()):  # the pods' interfaces, then their links
+            dp.remove_orphan(name)
+            pods.append(f"VPP: pod interface {name} ({tag}) and its link")
+        return pods + [f"VPP: {what}" for what in dp.teardown()]
     except CniError as exc:
         return [f"VPP base configuration left: VPP is not reachable ({exc})"]
     finally:

@@ -11,7 +11,9 @@ an armed point it performs the action:
 Unset (production), `hit` is one dict lookup.
 
 Names are step boundaries: ``add:<step>`` after that ADD step has finished (allocate, record,
-wire, podside, commit), ``del:<step>`` after that DEL step (detach, delete, release).
+wire, podside, commit), ``del:<step>`` after that DEL step (detach, delete, release). Inside the
+VPP dataplane's detach: ``del:vpp-unrouted`` after the pod's routes and neighbors are gone,
+``del:vpp-afpacket`` after its AF_PACKET interface is gone (the veth still there).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import threading
 ENV = "VSWITCH_FAILPOINTS"
 ADD_POINTS = ("add:allocate", "add:record", "add:wire", "add:podside", "add:commit")
 DEL_POINTS = ("del:detach", "del:delete", "del:release")
+VPP_DEL_POINTS = ("del:vpp-unrouted", "del:vpp-afpacket")
 ACTIONS = ("kill", "stop", "hang")
 
 log = logging.getLogger(__name__)

@@ -5,6 +5,7 @@
     ...  # point vpp-papi (or the VPP driver) at fake.socket_path
     fake.fail_once("sw_interface_set_table", -3)   # the next such request gets retval -3
     fake.restart()                                  # drops all state and every client
+    fake.log()                                      # what a real VPP would have logged
     fake.stop()
 
 Messages are decoded and encoded with vpp-papi's own codec from VPP's .api.json definitions
@@ -46,7 +47,11 @@ class FakeVPP:
         self.failures: dict[str, int] = {}
         self.requests: list[str] = []  # names of every request received, in order
         self.state = State()
-        self._handlers = Handlers(self.state, tap_works, self.schema.json_text, netns)
+        # Lines a real VPP would log about the agent's requests, kept across restarts like
+        # VPP's log file: an AF_PACKET interface deleted after its host device was gone
+        # (VPP polled a dead socket), a delete of a name VPP has no binding for.
+        self._log: list[str] = []
+        self._handlers = Handlers(self.state, tap_works, self.schema.json_text, netns, self._log)
         dispatch = make_dispatch(
             self.schema, lambda: self._handlers, self.failures, self.lock, self.requests
         )
@@ -67,7 +72,7 @@ class FakeVPP:
         with self.lock:
             self.state = State()
             self._handlers = Handlers(
-                self.state, self.tap_works, self.schema.json_text, self.netns
+                self.state, self.tap_works, self.schema.json_text, self.netns, self._log
             )
         self._server.start()
 
@@ -97,6 +102,11 @@ class FakeVPP:
                     delete_tap_host(itf.host_if_name, itf.tap["netns"])
 
     # --- inspection ------------------------------------------------------------------------
+    def log(self) -> list[str]:
+        """What a real VPP would have logged because of the requests so far (see __init__)."""
+        with self.lock:
+            return list(self._log)
+
     def interfaces(self) -> dict[int, Interface]:
         with self.lock:
             return dict(self.state.interfaces)

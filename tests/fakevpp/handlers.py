@@ -31,11 +31,15 @@ AF_PACKET_DEV_TYPE = "af-packet"  # VPP's af_packet device class name, its inter
 class Handlers(L2Handlers):
     """The interface, IP, neighbor, af_packet and tap messages (L2 and VXLAN: l2.py)."""
 
-    def __init__(self, state: State, tap_works: bool, json_text: str, netns: str = "") -> None:
+    def __init__(
+        self, state: State, tap_works: bool, json_text: str, netns: str = "",
+        log: list[str] | None = None,
+    ) -> None:
         self.s = state
         self.netns = netns  # the namespace "VPP" runs in ("" = the fake's own)
         self.tap_works = tap_works
         self.json_text = json_text
+        self.log = log if log is not None else []  # what VPP would log (FakeVPP.log)
 
     # --- session and version ---------------------------------------------------------------
     def control_ping(self, req: Any) -> Fields:
@@ -216,9 +220,17 @@ class Handlers(L2Handlers):
         return {"sw_if_index": itf.sw_if_index}
 
     def af_packet_delete(self, req: Any) -> Fields:
-        itf = self.s.by_name(f"host-{req.host_if_name}")
+        name = req.host_if_name
+        itf = self.s.by_name(f"host-{name}")
         if itf is None or itf.dev_type != AF_PACKET_DEV_TYPE:
+            # VPP 26.06 warns in its log, then answers -11
+            self.log.append(f"af_packet: Host interface {name} does not exist")
             raise VppError(E.SYSCALL_ERROR_1)  # what af_packet_delete_if answers for a miss
+        if not link_exists(name, self.netns):
+            # The device went first: a real VPP polled a socket whose device was gone and
+            # logged this when it went (its fd stands in for the interface's name).
+            self.log.append(f"af_packet: fd host-{name} reason af_packet_fd_error: "
+                            "Network is down")
         self.s.delete_interface(itf.sw_if_index)
         return {}
 

@@ -32,6 +32,7 @@ from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
 from agent.dataplane.vpp.tapv2 import TapV2
 from agent.dataplane.vpp.veth_afpacket import VethAfPacket
+from agent.infra import failpoints
 from agent.linux import netlink
 from agent.linux.netns import PodNetns
 from agent.model.errors import CniError, DataplaneFailure
@@ -197,6 +198,7 @@ class VppDataplane:
     def _unwire(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         """Routes, neighbors, then the interface and link; what is missing is skipped."""
         self._unwire_vpp(pod, sw_if_index)
+        failpoints.hit("del:vpp-unrouted")
         self.mode.remove(pod, sw_if_index)
 
     def _unwire_vpp(self, pod: PodNetwork, sw_if_index: int | None) -> None:
@@ -213,12 +215,9 @@ class VppDataplane:
                         neighbors.delete(self.api, sw, addr.ip, mac)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
-        try:
-            self._ensure()
-        except CniError:
-            # VPP is away: still free the kernel side; the VPP part is found by its tag later.
-            self.mode.remove_local(pod)
-            raise
+        # VPP away: nothing is removed, not even the veth, which a VPP that stopped answering
+        # may still poll (veth_afpacket.py); the runtime retries the DEL.
+        self._ensure()
         found = self._pod_interfaces(pod, names.pod_tag(pod.key))
         if not found:
             self._unwire(pod, None)

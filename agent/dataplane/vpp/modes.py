@@ -45,11 +45,9 @@ class WiringMode(Protocol):
         ...
 
     def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
-        """Removes VPP's interface and the link; missing parts are fine. `sw_if_index` is the
-        pod's VPP interface, or None when the driver looked and VPP has none."""
-
-    def remove_local(self, pod: PodNetwork) -> None:
-        """Removes only what lives outside VPP (when VPP cannot be reached)."""
+        """Removes VPP's interface, then the link; missing parts are fine. `sw_if_index` is
+        the pod's VPP interface, or None when the driver looked and VPP has none. When VPP's
+        part cannot be removed the link stays (VPP may still use it) and the error is raised."""
 
     def problems(self, pod: PodNetwork, sw_if_index: int) -> list[str]:
         """What is wrong with the link outside VPP's interface table (empty = fine)."""

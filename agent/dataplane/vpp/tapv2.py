@@ -75,9 +75,6 @@ class TapV2:
         if sw_if_index is not None and sw_if_index in tap.dump(self.api):
             tap.delete(self.api, sw_if_index)
 
-    def remove_local(self, pod: PodNetwork) -> None:
-        """Nothing: the TAP's Linux end belongs to VPP (it goes with the pod namespace)."""
-
     def problems(self, pod: PodNetwork, sw_if_index: int) -> list[str]:
         details = tap.dump(self.api).get(sw_if_index)
         if details is None:

@@ -2,6 +2,12 @@
 and VPP bound to the host end with an AF_PACKET socket (`host-vsw<digest>` in VPP).
 
 Works on every kernel (no /dev/vhost-net needed); costs a kernel hop compared with TAP v2.
+
+Removal order: VPP's AF_PACKET interface first, then the veth, and the veth only once VPP has
+no binding on it. A veth that goes first leaves VPP polling a socket whose device is gone (VPP
+26.06 logs `af_packet_fd_error: Network is down`, and under pod churn such sockets once made it
+spin at 100 % CPU and stop answering its API). A VPP that does not answer may still hold the
+socket, so then the veth stays: the DEL fails with 11 and its retry removes both in order.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.interfaces import set_tag
 from agent.dataplane.vpp.modes import Port
+from agent.infra import failpoints
 from agent.linux import ethtool, netlink
 from agent.model.pod import PodNetwork
 
@@ -61,7 +68,10 @@ class VethAfPacket:
         if not netlink.link_exists(host):
             return None
         vpp_mac = names.vpp_mac(pod.key)
-        afpacket.delete(self.api, host)  # a binding the restart left (none: nothing to do)
+        if interfaces.by_name(self.api, afpacket.vpp_name(host)) is not None:
+            # A binding left in place (a damaged pod, not a restart). Asked blindly, a VPP
+            # without one logs a warning for every pod it restores.
+            afpacket.delete(self.api, host)
         sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
         undo.push(f"delete af_packet {host}", lambda: afpacket.delete(self.api, host))
         set_tag(self.api, sw_if_index, tag)
@@ -72,16 +82,11 @@ class VethAfPacket:
 
     def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         host = names.veth_host_ifname(pod.key)
-        try:
-            if sw_if_index is not None:
-                afpacket.delete(self.api, host)
-        finally:
-            # The kernel half goes even when VPP is unreachable: a leftover VPP interface is
-            # found by its tag later, a leftover veth would block the next ADD's names.
-            self.remove_local(pod)
-
-    def remove_local(self, pod: PodNetwork) -> None:
-        netlink.delete_link(names.veth_host_ifname(pod.key))
+        if sw_if_index is not None:
+            # Raises when VPP refuses or does not answer: the veth stays (see the docstring).
+            afpacket.delete(self.api, host)
+            failpoints.hit("del:vpp-afpacket")
+        netlink.delete_link(host)
 
     def problems(self, pod: PodNetwork, sw_if_index: int) -> list[str]:
         host = names.veth_host_ifname(pod.key)
