@@ -7,6 +7,12 @@ learning, MAC derived from the node ID, the node's VXLAN address on it as a /32)
     neighbor   remote VXLAN address -> remote VXLAN MAC        (IPv4 next hop)
     neighbor   fe80::2b:0:<ID> -> remote VXLAN MAC             (IPv6 next hop, see node.link_local)
     routes     remote pod subnets via those next hops, onlink, protocol `RTPROT_MESH`
+    route      remote VXLAN address/32 on the device, protocol `RTPROT_MESH`
+
+That last route makes the VXLAN addresses an overlay every node reaches: a connection the node
+itself opens to a remote pod leaves with the device's address as its source (it is the address
+of the route's device; a masquerade there, kube-proxy's for a ClusterIP or NodePort whose backend
+is on another node, picks it too), and the remote node must route the answer back to it.
 
 L2 interconnect mode (`UseL2Interconnect`): no device; IPv4 pod subnets via the remote node IP on
 the uplink, IPv6 ones via fe80::2b:0:<ID>, a permanent neighbor to the remote uplink's MAC.
@@ -41,6 +47,7 @@ from agent.model.node import VXLAN_OVERHEAD, NodeInfo, link_local, vxlan_mac
 
 RTPROT_MESH = 118  # the protocol number on our routes (iproute2: "proto 118")
 RTNH_F_ONLINK = 4
+RT_SCOPE_LINK = 253
 NUD_PERMANENT = 0x80
 NUD_NOARP = 0x40
 NTF_SELF = 0x02
@@ -173,6 +180,7 @@ class KernelMesh:
             self._neigh(ipr, index, link_local(remote.node_id), remote.vxlan_mac)
             for subnet in remote.pod_subnets:
                 self._route(ipr, index, subnet, self._vxlan_gateway(remote, subnet))
+            self._route(ipr, index, _host_prefix(remote.vxlan_ip), None)
 
     def routed_subnets(self, remote: NodeInfo) -> tuple[str, ...]:
         """The remote subnets the L2 interconnect routes via the remote node."""
@@ -228,9 +236,11 @@ class KernelMesh:
                   family=family)
 
     @staticmethod
-    def _route(ipr: IPRoute, index: int, dst: str, gateway: str) -> None:
-        ipr.route("replace", dst=dst, gateway=gateway, oif=index, flags=RTNH_F_ONLINK,
-                  proto=RTPROT_MESH)
+    def _route(ipr: IPRoute, index: int, dst: str, gateway: str | None) -> None:
+        """A mesh route to `dst` via `gateway` (onlink), or on the link when None."""
+        hop: dict[str, Any] = ({"gateway": gateway, "flags": RTNH_F_ONLINK} if gateway
+                               else {"scope": RT_SCOPE_LINK})
+        ipr.route("replace", dst=dst, oif=index, proto=RTPROT_MESH, **hop)
 
     def unprogram(
         self, local: NodeInfo, remote: NodeInfo, keep: Collection[NodeInfo] = ()
@@ -281,8 +291,7 @@ class KernelMesh:
                 dst = f"{route.get_attr('RTA_DST')}/{route['dst_len']}"
                 gw = route.get_attr("RTA_GATEWAY")
                 oif = route.get_attr("RTA_OIF")
-                yield ("route", dst, gw), _deleter(ipr.route, "del", dst=dst, gateway=gw,
-                                                   oif=oif, proto=RTPROT_MESH)
+                yield ("route", dst, gw), _route_deleter(ipr, dst, gw, oif)
         for neigh in ipr.neigh("dump"):
             ip = str(neigh.get_attr("NDA_DST"))
             ours = neigh["ifindex"] == index or _is_link_local_hop(ip)
@@ -324,7 +333,20 @@ def _wanted(mesh: KernelMesh, keep: Collection[NodeInfo]) -> set[tuple[Any, ...]
         want.add(("neigh", ll, remote.vxlan_mac))
         for subnet in remote.pod_subnets:
             want.add(("route", subnet, mesh._vxlan_gateway(remote, subnet)))
+        want.add(("route", _host_prefix(remote.vxlan_ip), None))
     return want
+
+
+def _host_prefix(ip: str) -> str:
+    """`ip` as a one-address prefix, as the kernel dumps it."""
+    address = ipaddress.ip_address(ip)
+    return f"{address}/{address.max_prefixlen}"
+
+
+def _route_deleter(ipr: IPRoute, dst: str, gateway: str | None, oif: int) -> Any:
+    # The kernel deletes only a route of the scope asked for (pyroute2's default: universe).
+    hop = {"gateway": gateway} if gateway else {"scope": RT_SCOPE_LINK}
+    return _deleter(ipr.route, "del", dst=dst, oif=oif, proto=RTPROT_MESH, **hop)
 
 
 def _deleter(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -335,8 +357,7 @@ def _delete(ipr: IPRoute, what: tuple[Any, ...], index: int) -> Any:
     """The deleter of one object as `_wanted` describes it, on interface `index`."""
     kind, first, second = what
     if kind == "route":
-        return _deleter(ipr.route, "del", dst=first, gateway=second, oif=index,
-                        proto=RTPROT_MESH)
+        return _route_deleter(ipr, first, second, index)
     if kind == "neigh":
         family = socket.AF_INET6 if ":" in first else socket.AF_INET
         return _deleter(ipr.neigh, "del", ifindex=index, dst=first, family=family)
