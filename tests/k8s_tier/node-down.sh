@@ -1,7 +1,7 @@
 #!/bin/bash
 # Stops nodes started by node-up.sh / node-join.sh and removes what they left: their containers
-# and the pods' network namespaces, their processes, mount and network namespaces and state (with
-# what the vswitch DaemonSet installed on them: it lives in the node's own /opt/cni/bin,
+# and the pods' network namespaces, their processes, mount, UTS and network namespaces and state
+# (with what the vswitch DaemonSet installed on them: it lives in the node's own /opt/cni/bin,
 # /etc/cni/net.d, /var/lib/vswitch-*), the control plane with the node that runs it, and the
 # fabric once no node is left on it.
 #
@@ -53,6 +53,7 @@ node_down() {  # namespace, run dir
         done
         umount "$mnt"
     fi
+    umount "$rundir/ns/uts" 2>/dev/null
     umount "$rundir/ns" 2>/dev/null
     for n in $netns; do umount "$n" 2>/dev/null; rm -f "$n"; done
     ip netns del "$ns" 2>/dev/null  # its uplink's fabric end goes with it

@@ -7,6 +7,8 @@
 #   (NODE_PATHS, bound from $STATE/root and $RUNDIR/root): the DaemonSet's hostPaths (CNI socket,
 #   agent state, CNI config and binaries), the kubelet's root and the pod logs, so that two
 #   nodes' kubelets and agents on one machine never see each other's files;
+# - a UTS namespace ($RUNDIR/ns/uts) whose hostname is the node's name ($NS-node), as a machine's
+#   is: host-network pods share it (their hostname is the node name, which upstream e2e checks);
 # - its own containerd 1.6, kubelet and kube-proxy, started inside both namespaces.
 # The caller sets NS, IP, STATE, RUNDIR, KUBE_BIN and KUBECONFIG_FILE before `node_up`.
 
@@ -15,15 +17,14 @@ FABRIC_MAC=02:00:c0:a8:10:fe  # fixed: a bridge takes its ports' lowest MAC othe
 # /run/netns stays shared with the machine: node namespaces are bind mounts there.
 NODE_PATHS="/var/lib/kubelet /var/lib/vswitch-cni /var/lib/vswitch-etcd /var/lib/cni
 /var/log/pods /var/log/containers /etc/cni/net.d /opt/cni/bin /run/vswitch-cni"
-MNT=$RUNDIR/ns/mnt
+MNT=$RUNDIR/ns/mnt UTS=$RUNDIR/ns/uts
 LOGS=$STATE/logs
 
 in_ns() { nsenter --net="/var/run/netns/$NS" "$@"; }
-in_node() { nsenter --mount="$MNT" --net="/var/run/netns/$NS" "$@"; }
 start() {  # name, command...: runs it in the node's namespaces, logs and pid under STATE/RUNDIR
     local name=$1; shift
-    setsid nsenter --mount="$MNT" --net="/var/run/netns/$NS" "$@" >"$LOGS/$name.log" 2>&1 \
-        </dev/null &
+    setsid nsenter --mount="$MNT" --uts="$UTS" --net="/var/run/netns/$NS" "$@" \
+        >"$LOGS/$name.log" 2>&1 </dev/null &
     echo $! >"$RUNDIR/$name.pid"
 }
 
@@ -55,8 +56,9 @@ node_mounts_up() {  # the node's mount namespace, persistent at $MNT (no process
     # the namespace it names.
     mount --bind "$RUNDIR/ns" "$RUNDIR/ns"
     mount --make-private "$RUNDIR/ns"
-    touch "$MNT"
+    touch "$MNT" "$UTS"
     unshare --mount="$MNT" --propagation private true
+    unshare --uts="$UTS" hostname "$NS-node"
     local p src
     for p in $NODE_PATHS; do
         case $p in /run/*) src=$RUNDIR/root$p ;; *) src=$STATE/root$p ;; esac
