@@ -26,7 +26,7 @@ OUTSIDE_IP = "203.0.113.1"
 AGENT_REST_PORT = 9999  # k8s/base/configmap.yaml: HTTPAddress
 # `nc` that closes its sending side once its input ends (OpenBSD's nc, as in the upstream
 # agnhost image, needs -N for that; busybox's does it by itself and has no -N).
-NC = "nc $(nc -h 2>&1 | grep -q -- ' -N' && echo -N) -w 5"
+NC = "nc $(nc -h 2>&1 | grep -q 'after EOF on stdin' && echo -N) -w 5"
 REQUEST = r"printf 'GET {path} HTTP/1.0\r\n\r\n'"
 # No proxy from the environment: the tier talks only to the nodes' own addresses.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
