@@ -151,9 +151,12 @@ def system(dataplane: str, vpp_socket: str, etcd_image: str) -> list[Doc]:
 
 def main(argv: list[str] | None = None) -> int:
     """`apply`: k8s/base with the nodes' config, and waits for etcd and the agents; `delete`:
-    removes the agent (DaemonSet, ConfigMap) again. The cluster and the VPP socket come from the
-    tier's environment (conftest.py); this is how the upstream e2e tests get the project."""
+    removes the agent (DaemonSet, ConfigMap) again, and for the kernel dataplane what its agent
+    leaves on the nodes (as the tier does before the VPP run). The cluster, its nodes and the VPP
+    socket come from the tier's environment (conftest.py); this is how the upstream e2e tests
+    get the project."""
     from tests.k8s_tier import conftest  # the tier's environment, read once
+    from tests.k8s_tier.tier import find_nodes
 
     parser = argparse.ArgumentParser(prog="python -m tests.k8s_tier.deploy")
     parser.add_argument("action", choices=["apply", "delete"])
@@ -169,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     docs = system(args.dataplane, conftest.VPP_SOCKET, conftest.ETCD_IMAGE)
     if args.action == "delete":
         kube.delete([d for d in docs if d["kind"] in ("DaemonSet", "ConfigMap")])
+        if args.dataplane == "kernel":
+            paths = [conftest.NODE_NETNS, *([conftest.NODE2_NETNS] if conftest.NODE2_NETNS else [])]
+            for node in find_nodes(kube, paths):
+                for link in conftest.KERNEL_LEFTOVERS:
+                    node.cmd("ip", "link", "del", link, check=False)
         return 0
     kube.apply(docs)
     kube.rollout("statefulset", "vswitch-etcd", "kube-system")
