@@ -7,6 +7,12 @@ learning, MAC derived from the node ID, the node's VXLAN address on it as a /32)
     neighbor   remote VXLAN address -> remote VXLAN MAC        (IPv4 next hop)
     neighbor   fe80::2b:0:<ID> -> remote VXLAN MAC             (IPv6 next hop, see node.link_local)
     routes     remote pod subnets via those next hops, onlink, protocol `RTPROT_MESH`
+    route      remote VXLAN address/32 on the device, protocol `RTPROT_MESH`
+
+That last route makes the VXLAN addresses an overlay every node reaches: a connection the node
+itself opens to a remote pod leaves with the device's address as its source (it is the address
+of the route's device; a masquerade there, kube-proxy's for a ClusterIP or NodePort whose backend
+is on another node, picks it too), and the remote node must route the answer back to it.
 
 L2 interconnect mode (`UseL2Interconnect`): no device; IPv4 pod subnets via the remote node IP on
 the uplink, IPv6 ones via fe80::2b:0:<ID>, a permanent neighbor to the remote uplink's MAC.
@@ -35,7 +41,7 @@ from typing import Any
 
 from agent.linux import netlink
 from agent.linux.iproute import Session, Vxlan
-from agent.linux.nlcodec import NUD_PERMANENT
+from agent.linux.nlcodec import NUD_PERMANENT, RT_SCOPE_LINK
 from agent.model.errors import DataplaneFailure, InvalidConfig
 from agent.model.node import VXLAN_OVERHEAD, NodeInfo, link_local, vxlan_mac
 
@@ -140,6 +146,7 @@ class KernelMesh:
             links.replace_neighbor(index, link_local(remote.node_id), remote.vxlan_mac)
             for subnet in remote.pod_subnets:
                 self._route(links, index, subnet, self._vxlan_gateway(remote, subnet))
+            self._route(links, index, _host_prefix(remote.vxlan_ip), None)
 
     def routed_subnets(self, remote: NodeInfo) -> tuple[str, ...]:
         """The remote subnets the L2 interconnect routes via the remote node."""
@@ -191,7 +198,8 @@ class KernelMesh:
             raise
 
     @staticmethod
-    def _route(links: Session, index: int, dst: str, gateway: str) -> None:
+    def _route(links: Session, index: int, dst: str, gateway: str | None) -> None:
+        """A mesh route to `dst` via `gateway` (onlink), or on the link when None."""
         links.replace_route(dst, gateway, index, onlink=True, proto=RTPROT_MESH)
 
     def unprogram(
@@ -240,8 +248,8 @@ class KernelMesh:
         """(description, deleter) for every mesh object in the kernel."""
         for family in (socket.AF_INET, socket.AF_INET6):
             for route in links.routes(family, RTPROT_MESH):
-                yield ("route", route.dst, route.gateway), partial(
-                    links.delete_route, route.dst, route.oif, route.gateway, RTPROT_MESH)
+                yield ("route", route.dst, route.gateway), _route_deleter(
+                    links, route.dst, route.oif, route.gateway)
         for neigh in links.neighbors():
             ours = neigh.index == index or _is_link_local_hop(neigh.dst)
             if neigh.family not in (socket.AF_INET, socket.AF_INET6) or not ours:
@@ -277,7 +285,20 @@ def _wanted(mesh: KernelMesh, keep: Collection[NodeInfo]) -> set[tuple[Any, ...]
         want.add(("neigh", ll, remote.vxlan_mac))
         for subnet in remote.pod_subnets:
             want.add(("route", subnet, mesh._vxlan_gateway(remote, subnet)))
+        want.add(("route", _host_prefix(remote.vxlan_ip), None))
     return want
+
+
+def _host_prefix(ip: str) -> str:
+    """`ip` as a one-address prefix, as the kernel dumps it."""
+    address = ipaddress.ip_address(ip)
+    return f"{address}/{address.max_prefixlen}"
+
+
+def _route_deleter(links: Session, dst: str, oif: int, gateway: str | None) -> Deleter:
+    # The kernel deletes only a route of the scope asked for (default: universe).
+    return partial(links.delete_route, dst, oif, gateway, RTPROT_MESH,
+                   scope=None if gateway else RT_SCOPE_LINK)
 
 
 def _delete(links: Session, what: tuple[Any, ...], index: int) -> Deleter:
@@ -285,7 +306,7 @@ def _delete(links: Session, what: tuple[Any, ...], index: int) -> Deleter:
     False when the object was gone already."""
     kind, first, second = what
     if kind == "route":
-        return partial(links.delete_route, first, index, second, RTPROT_MESH)
+        return _route_deleter(links, first, index, second)
     if kind == "neigh":
         return partial(links.delete_neighbor, index, first)
     return partial(links.delete_fdb, index, first, second)

@@ -249,18 +249,24 @@ class Session:
 
     # ---- routes -------------------------------------------------------------------------
 
-    def replace_route(self, dst: str, gateway: str, oif: int, onlink: bool = False,
+    def replace_route(self, dst: str, gateway: str | None, oif: int, onlink: bool = False,
                       proto: int | None = None, mtu: int | None = None) -> None:
-        """A route to `dst` via `gateway` on link `oif`; `onlink`: the gateway is taken as
-        reachable on the link whatever its addresses; `mtu`: the route's own MTU metric."""
-        self.ipr.route("replace", dst=dst, gateway=gateway, oif=oif,
-                       flags=nl.RTNH_F_ONLINK if onlink else None, proto=proto,
-                       metrics=None if mtu is None else {"mtu": mtu})
+        """A route to `dst` via `gateway` on link `oif`, or on the link itself (scope link)
+        when `gateway` is None; `onlink`: the gateway is taken as reachable on the link
+        whatever its addresses; `mtu`: the route's own MTU metric."""
+        hop: dict[str, Any] = ({"gateway": gateway,
+                                "flags": nl.RTNH_F_ONLINK if onlink else None}
+                               if gateway else {"scope": nl.RT_SCOPE_LINK})
+        self.ipr.route("replace", dst=dst, oif=oif, proto=proto,
+                       metrics=None if mtu is None else {"mtu": mtu}, **hop)
 
     def delete_route(self, dst: str, oif: int | None, gateway: str | None = None,
-                     proto: int | None = None, family: int | None = None) -> bool:
+                     proto: int | None = None, family: int | None = None,
+                     scope: int | None = None) -> bool:
+        """Deletes a route; the kernel deletes only one of the `scope` asked for (none given:
+        universe), so a link-scope route needs `scope=nl.RT_SCOPE_LINK`."""
         return _ignore_gone(self.ipr.route, "del", dst=dst, oif=oif, gateway=gateway,
-                            proto=proto, family=family)
+                            proto=proto, family=family, scope=scope)
 
     def routes(self, family: int, proto: int) -> list[RouteEntry]:
         """The routes of `family` with protocol number `proto`."""

@@ -1,7 +1,10 @@
 """Pods on different nodes reach each other: real agents in node namespaces (testbed/cluster).
 
 Test plan (each test builds its own cluster: fabric namespace, etcd, nodes; always removed):
-- three nodes x two dual-stack pods: every pod pings every other pod, IPv4 and IPv6; 1 MiB of TCP
+- three nodes x two dual-stack pods: every pod pings every other pod, IPv4 and IPv6; a node
+  pings the pods of another node (its packets leave with its VXLAN address, which the other
+  node must route back over the mesh: kube-proxy masquerades a node's connection to a Service
+  whose backend is on another node to that address); 1 MiB of TCP
   and a UDP exchange across nodes in both families with the pods' source addresses kept (no NAT
   between pods); a full pod-MTU ping with don't-fragment across nodes (one byte more
   does not leave the pod); a 4th node joins and every existing pod reaches its pod (the time from
@@ -36,6 +39,7 @@ from testbed.cluster import (
     unreachable,
     wait_for,
 )
+from testbed.netns import ping as netns_ping
 
 
 def test_three_nodes_mesh_join_and_removal(
@@ -47,6 +51,8 @@ def test_three_nodes_mesh_join_and_removal(
         wait_for(lambda: converged(nodes), 30, "mesh of 3 nodes")
         assert all(len(p.ips) == 2 for p in pods), [p.ips for p in pods]
         assert unreachable(pods, pods) == []
+        for ip in pods[4].ips:  # node-1 to a pod of node-3
+            assert netns_ping(f"/var/run/netns/{nodes[0].netns}", ip), ip
 
         assert_pods_talk(pods[0], pods[4])  # node-1 and node-3
 

@@ -2,12 +2,12 @@
 
 Test plan: the VXLAN device has VNI 10, port 4789, the node IP as local address, no learning,
 the node's MAC and the uplink MTU minus 50; programming two nodes twice leaves exactly one FDB
-entry, two neighbors and two routes per node (setting the device up again must not flush the
-first node's neighbors); prune programs again nodes whose objects were deleted behind the
-agent's back; unprogram removes one node and nothing of the other; prune removes what no node
-explains (as after a restart); a pod MTU the uplink cannot carry is refused with
-the largest that fits; without the node IP on any interface programming fails naming it; the
-L2 interconnect routes via the node IP and makes no device.
+entry, two neighbors and three routes per node (its pod subnets, its VXLAN address; setting the
+device up again must not flush the first node's neighbors); prune programs again nodes whose
+objects were deleted behind the agent's back; unprogram removes one node and nothing of the
+other; prune removes what no node explains (as after a restart); a pod MTU the uplink cannot
+carry is refused with the largest that fits; without the node IP on any interface programming
+fails naming it; the L2 interconnect routes via the node IP and makes no device.
 """
 
 from __future__ import annotations
@@ -67,9 +67,10 @@ def test_device_and_idempotent_programming(uplink: str) -> None:
     got = state(uplink)
     assert got["fdb"] == ["12:2b:00:00:00:02 dst 192.168.16.2 self permanent",
                           "12:2b:00:00:00:03 dst 192.168.16.3 self permanent"]
-    assert len(got["neigh"]) == 4 and len(got["routes"]) == 4, got
+    assert len(got["neigh"]) == 4 and len(got["routes"]) == 6, got
     assert any(r.startswith("fd00:10:0:2::/64 via fe80::2b:0:2 dev vxlan-vsw") for r in
                got["routes"])
+    assert "192.168.30.2 dev vxlan-vsw scope link" in got["routes"], got
 
     before = state(uplink)
     run_in(uplink, "ip", "route", "del", "10.1.3.0/24")  # behind the agent's back
@@ -80,14 +81,14 @@ def test_device_and_idempotent_programming(uplink: str) -> None:
     assert state(uplink) == before
 
     removed = mesh.unprogram(node(1), node(2), [node(3)])
-    assert len(removed) == 5, removed  # 2 routes, 2 neighbors, 1 FDB entry
+    assert len(removed) == 6, removed  # 3 routes, 2 neighbors, 1 FDB entry
     left = state(uplink)
     marks = {"192.168.16.2", "192.168.30.2", "12:2b:00:00:00:02", "fe80::2b:0:2", "10.1.2.0/24",
              "fd00:10:0:2::/64"}
     assert [x for v in left.values() for x in v if marks & set(x.split())] == []
-    assert (len(left["routes"]), len(left["fdb"]), len(left["neigh"])) == (2, 1, 2)
+    assert (len(left["routes"]), len(left["fdb"]), len(left["neigh"])) == (3, 1, 2)
 
-    assert len(KernelMesh(1450).prune(node(1), [])) == 5  # a restart that knows no node
+    assert len(KernelMesh(1450).prune(node(1), [])) == 6  # a restart that knows no node
     assert state(uplink) == {"routes": [], "fdb": [], "neigh": []}
 
 

@@ -9,11 +9,12 @@
 #                     machines that cannot pull it; unset: the FROM image is pulled as usual
 #   BUILD_CA_BUNDLE   a CA bundle pip must trust during the build (a TLS-intercepting proxy);
 #                     mounted for the build only, never part of the image
-#   CONTAINERD_SOCKET the node's containerd socket (default /run/containerd/containerd.sock)
+#   CONTAINERD_SOCKET the node's containerd socket (default /run/containerd/containerd.sock);
+#                     several, separated by spaces, for several nodes (node-join.sh)
 set -eu
 cd "$(dirname "$0")/../.."
 IMAGE=docker.io/library/vswitch-cni:0.1.0
-SOCKET=${CONTAINERD_SOCKET:-/run/containerd/containerd.sock}
+SOCKETS=${CONTAINERD_SOCKET:-/run/containerd/containerd.sock}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -30,5 +31,7 @@ if [ -n "${BUILD_CA_BUNDLE:-}" ]; then
 fi
 buildah bud --isolation chroot --network host "$@" -t "$IMAGE" -f Dockerfile .
 buildah push "$IMAGE" "docker-archive:$work/image.tar:$IMAGE"
-ctr -a "$SOCKET" -n k8s.io images import "$work/image.tar"
-echo "imported $IMAGE into $SOCKET"
+for socket in $SOCKETS; do
+    ctr -a "$socket" -n k8s.io images import "$work/image.tar"
+    echo "imported $IMAGE into $socket"
+done

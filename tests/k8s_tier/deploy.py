@@ -1,4 +1,4 @@
-"""What the k8s tier puts on the cluster: the project's own manifests (k8s/base) with this node's
+"""What the k8s tier puts on the cluster: the project's own manifests (k8s/base) with the nodes'
 config, and the test workload (a Deployment of agnhost `netexec` pods and its Services).
 
 The manifests are k8s/base's kustomization (what `kubectl apply -k k8s/base/` installs), rendered
@@ -7,27 +7,41 @@ not the cluster's kubectl), and changed only where the node differs from the def
 with, each change named here:
 - the agent's `agent.yaml`: `Dataplane` (and, for VPP, `UseTAPInterfaces: false` and the API
   socket's file name);
-- the DaemonSet's `/run/vpp` hostPath: the directory of the VPP socket the tier was given;
+- the DaemonSet's `/run/vpp` hostPath: the directory of the VPP socket the tier was given; when
+  that path holds `{node}` (one VPP per node, e.g. `/run/vpp-nodes/{node}/api.sock`), the
+  hostPath is the part before it and the agent's mount takes the node's own subdirectory
+  (`subPathExpr: $(NODE_NAME)`, the node name the DaemonSet already gives the agent);
 - the etcd image, when VSWITCH_TEST_K8S_ETCD_IMAGE names a local one (no registry here).
+
+`python -m tests.k8s_tier.deploy apply|delete --dataplane kernel|vpp` does the same by hand (for
+the upstream e2e tests, docs/k8s-tier.md), with the tier's environment.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.k8s import kustomize
-from tests.k8s_tier.kube import Doc
+from tests.k8s_tier.kube import Doc, Kube
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "vswitch-tier"
 APP = "web"
-REPLICAS = 3
+REPLICAS = 4
 PORT = 8080
+UDP_PORT = 8081
+NODE_PLACEHOLDER = "{node}"
+# Labels the tier puts on pods after they run: the node they run on (its index in the tier's
+# node list, "1" or "2"), and one pod per node as the backend of that node's hairpin Service.
+NODE_LABEL = "tier-node"
+HAIRPIN_LABEL = "hairpin"
 
 
 def manifests() -> list[Doc]:
@@ -43,13 +57,26 @@ def for_node(docs: list[Doc], dataplane: str, vpp_socket: str, etcd_image: str) 
             doc["data"]["agent.yaml"] = _agent_config(doc["data"]["agent.yaml"], dataplane,
                                                       vpp_socket)
         elif doc["kind"] == "DaemonSet" and vpp_socket:
-            for vol in doc["spec"]["template"]["spec"]["volumes"]:
-                if vol["name"] == "vpp-api":
-                    vol["hostPath"]["path"] = os.path.dirname(vpp_socket)
+            _vpp_volume(doc["spec"]["template"]["spec"], vpp_socket)
         elif doc["kind"] == "StatefulSet" and etcd_image:
             for c in doc["spec"]["template"]["spec"]["containers"]:
                 c["image"] = etcd_image
     return out
+
+
+def _vpp_volume(pod: Doc, vpp_socket: str) -> None:
+    """The `vpp-api` hostPath: the socket's directory, or with `{node}` the node's own below it."""
+    directory = os.path.dirname(vpp_socket)
+    head, placeholder, tail = directory.partition(NODE_PLACEHOLDER)
+    for vol in pod["volumes"]:
+        if vol["name"] == "vpp-api":
+            vol["hostPath"]["path"] = head.rstrip("/") if placeholder else directory
+    if not placeholder:
+        return
+    for c in pod["containers"]:
+        for mount in c["volumeMounts"]:
+            if mount["name"] == "vpp-api":
+                mount["subPathExpr"] = "$(NODE_NAME)" + tail
 
 
 def _agent_config(text: str, dataplane: str, vpp_socket: str) -> str:
@@ -61,29 +88,49 @@ def _agent_config(text: str, dataplane: str, vpp_socket: str) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def workload(image: str) -> list[Doc]:
-    """The namespace, the Deployment and its Services: ClusterIP, NodePort, and `hairpin`,
-    which selects only the pod labelled hairpin=yes (so a pod calling it reaches itself)."""
+def workload(image: str, nodes: list[str]) -> list[Doc]:
+    """The namespace, the Deployment and its Services.
+
+    The Deployment's pods run only on the tier's `nodes` and are spread evenly over them
+    (a cordoned node does not count: `nodeTaintsPolicy: Honor`, so a drained node's pods find a
+    place on the others). Its netexec answers HTTP on PORT and UDP on UDP_PORT. Services: `web`
+    (ClusterIP) and `web-nodeport` (NodePort) over every pod; per node index i (1, 2):
+    `backends-i` (NodePort) over the pods on node i, and `hairpin-i` (ClusterIP) over one pod
+    on node i only (so that pod, calling it, reaches itself)."""
     labels = {"app": APP}
     container = {
-        "name": "netexec", "image": image, "args": ["netexec", f"--http-port={PORT}"],
-        "ports": [{"containerPort": PORT}],
+        "name": "netexec", "image": image,
+        "args": ["netexec", f"--http-port={PORT}", f"--udp-port={UDP_PORT}"],
+        "ports": [{"containerPort": PORT}, {"containerPort": UDP_PORT, "protocol": "UDP"}],
         "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
+    }
+    placement = {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}}},
+        "topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule", "nodeTaintsPolicy": "Honor",
+            "labelSelector": {"matchLabels": labels}}],
     }
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": APP, "namespace": NAMESPACE},
         "spec": {"replicas": REPLICAS, "selector": {"matchLabels": labels},
                  "template": {"metadata": {"labels": labels},
-                              "spec": {"terminationGracePeriodSeconds": 1,
+                              "spec": {"terminationGracePeriodSeconds": 1, **placement,
                                        "containers": [container]}}},
     }
+    per_node = []
+    for i in range(1, len(nodes) + 1):
+        per_node += [_service(f"backends-{i}", {**labels, NODE_LABEL: str(i)}, "NodePort"),
+                     _service(f"hairpin-{i}", {**labels, HAIRPIN_LABEL: str(i)}, "ClusterIP")]
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         deployment,
         _service("web", labels, "ClusterIP"),
         _service("web-nodeport", labels, "NodePort"),
-        _service("hairpin", {**labels, "hairpin": "yes"}, "ClusterIP"),
+        *per_node,
     ]
 
 
@@ -94,3 +141,48 @@ def _service(name: str, selector: dict[str, str], kind: str) -> Doc:
         "spec": {"type": kind, "selector": selector,
                  "ports": [{"port": 80, "targetPort": PORT, "protocol": "TCP"}]},
     }
+
+
+def system(dataplane: str, vpp_socket: str, etcd_image: str) -> list[Doc]:
+    """k8s/base with the nodes' config for `dataplane`."""
+    return for_node(manifests(), dataplane, vpp_socket if dataplane == "vpp" else "",
+                    etcd_image)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`apply`: k8s/base with the nodes' config, and waits for etcd and the agents; `delete`:
+    removes the agent (DaemonSet, ConfigMap) again, and for the kernel dataplane what its agent
+    leaves on the nodes (as the tier does before the VPP run). The cluster, its nodes and the VPP
+    socket come from the tier's environment (conftest.py); this is how the upstream e2e tests
+    get the project."""
+    from tests.k8s_tier import conftest  # the tier's environment, read once
+    from tests.k8s_tier.tier import find_nodes
+
+    parser = argparse.ArgumentParser(prog="python -m tests.k8s_tier.deploy")
+    parser.add_argument("action", choices=["apply", "delete"])
+    parser.add_argument("--dataplane", choices=["kernel", "vpp"], required=True)
+    args = parser.parse_args(argv)
+    if not conftest.KUBECONFIG:
+        print("VSWITCH_TEST_KUBECONFIG is not set", file=sys.stderr)
+        return 2
+    if args.dataplane == "vpp" and not conftest.VPP_SOCKET:
+        print("VSWITCH_TEST_VPP_SOCKET is not set", file=sys.stderr)
+        return 2
+    kube = Kube(conftest.KUBECTL, conftest.KUBECONFIG, conftest.NODE_NETNS)
+    docs = system(args.dataplane, conftest.VPP_SOCKET, conftest.ETCD_IMAGE)
+    if args.action == "delete":
+        kube.delete([d for d in docs if d["kind"] in ("DaemonSet", "ConfigMap")])
+        if args.dataplane == "kernel":
+            paths = [conftest.NODE_NETNS, *([conftest.NODE2_NETNS] if conftest.NODE2_NETNS else [])]
+            for node in find_nodes(kube, paths):
+                for link in conftest.KERNEL_LEFTOVERS:
+                    node.cmd("ip", "link", "del", link, check=False)
+        return 0
+    kube.apply(docs)
+    kube.rollout("statefulset", "vswitch-etcd", "kube-system")
+    kube.rollout("daemonset", "vswitch-agent", "kube-system")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,42 +1,32 @@
 #!/bin/bash
-# Starts a one-node Kubernetes cluster for the k8s tier, from binaries you supply, inside a network
-# namespace of its own (the machine's routes, iptables and nftables stay untouched).
+# Starts a Kubernetes cluster for the k8s tier, from binaries you supply: the control plane and its
+# first node, inside a network namespace and a mount namespace of their own, on a fabric bridge
+# further nodes join (node-join.sh; node-lib.sh says what a node is). The machine's routes,
+# iptables, nftables and its /etc/cni, /opt/cni, /run/vswitch-cni, ... stay untouched.
 #
 # Usage: KUBE_BIN=DIR tests/k8s_tier/node-up.sh        stop: tests/k8s_tier/node-down.sh
 #   KUBE_BIN  holds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
 #             and kubectl (v1.28 was used, see docs/k8s-tier.md)
 # Env (defaults): NODE_NETNS (vswk8s), NODE_IP (192.168.16.1), STATE (/var/lib/vswitch-k8s),
-#   RUNDIR (/run/vswk8s). Needs etcd, containerd 1.6, runc, openssl on the machine, and
-#   /opt/cni/bin/{loopback,portmap} (copied from Debian's /usr/lib/cni when missing).
+#   RUNDIR (/run/vswk8s), FABRIC_NETNS (vswk8s-fab). Needs etcd, containerd 1.6, runc, openssl
+#   on the machine, and Debian's /usr/lib/cni/{loopback,portmap} (copied into the node's
+#   /opt/cni/bin).
 # Images: no registry is needed if `pause` (registry.k8s.io/pause:3.9) and the tier's images are
-#   imported with `ctr -a $RUNDIR/containerd.sock -n k8s.io images import`.
+#   imported with `ctr -a $RUNDIR/containerd.sock -n k8s.io images import`; IMAGES (tar files,
+#   space-separated) are imported so once containerd runs.
 # Prints the environment for the tier (VSWITCH_TEST_KUBECONFIG and friends).
 set -euo pipefail
 : "${KUBE_BIN:?KUBE_BIN must name the directory of the Kubernetes binaries}"
 NS=${NODE_NETNS:-vswk8s} IP=${NODE_IP:-192.168.16.1}
 STATE=${STATE:-/var/lib/vswitch-k8s} RUNDIR=${RUNDIR:-/run/vswk8s}
-NODE=$NS-node PKI=$STATE/pki LOGS=$STATE/logs
-mkdir -p "$PKI" "$LOGS" "$RUNDIR" /opt/cni/bin
-in_ns() { nsenter --net="/var/run/netns/$NS" "$@"; }
-start() {  # name, command...: runs it in the node namespace, logs and pid under STATE/RUNDIR
-    local name=$1; shift
-    setsid nsenter --net="/var/run/netns/$NS" "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
-    echo $! >"$RUNDIR/$name.pid"
-}
+NODE=$NS-node PKI=$STATE/pki KUBECONFIG_FILE=$STATE/kubeconfig
+# shellcheck source=tests/k8s_tier/node-lib.sh
+. "$(dirname "$0")/node-lib.sh"
+mkdir -p "$PKI" "$LOGS" "$RUNDIR"
 
-# The node: lo, its address on an ifb (no dummy driver on some kernels), a route for Services
-# (locally originated connections need a route before kube-proxy's DNAT), forwarding on.
-ip netns add "$NS"
-in_ns ip link set lo up
-in_ns ip link add node0 type ifb
-in_ns ip addr add "$IP/24" dev node0
-in_ns ip link set node0 up
-in_ns ip route add 10.96.0.0/12 dev node0
-in_ns sysctl -qw net.ipv4.ip_forward=1
-mount --make-rshared /   # hostPath volumes with mount propagation (no systemd does it here)
-for p in loopback portmap; do
-    [ -e /opt/cni/bin/$p ] || cp /usr/lib/cni/$p /opt/cni/bin/
-done
+fabric_up
+node_net_up
+node_mounts_up
 
 # Certificates: one CA; the apiserver's serving certificate; one client certificate in
 # system:masters for every component (a test node, not a production layout).
@@ -56,7 +46,6 @@ if [ ! -e admin.crt ]; then
         "subjectAltName=IP:$IP,IP:10.96.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default"
     sign admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
 fi
-KUBECONFIG_FILE=$STATE/kubeconfig
 "$KUBE_BIN/kubectl" config --kubeconfig="$KUBECONFIG_FILE" set-cluster node \
     --server="https://$IP:6443" --certificate-authority="$PKI/ca.crt" --embed-certs >/dev/null
 "$KUBE_BIN/kubectl" config --kubeconfig="$KUBECONFIG_FILE" set-credentials admin \
@@ -82,55 +71,12 @@ start kube-controller-manager "$KUBE_BIN/kube-controller-manager" "$KC" --leader
     --use-service-account-credentials=false
 start kube-scheduler "$KUBE_BIN/kube-scheduler" "$KC" --leader-elect=false
 
-# containerd 1.6: its own root, state and socket; oom_score_adj restricted (no privilege to
-# lower it here), cgroupfs (no systemd), the CNI config the DaemonSet installs.
-cat >"$STATE/containerd.toml" <<EOF
-version = 2
-root = "$STATE/containerd"
-state = "$RUNDIR/containerd"
-[grpc]
-  address = "$RUNDIR/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.9"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/opt/cni/bin"
-    conf_dir = "/etc/cni/net.d"
-EOF
-start containerd containerd --config "$STATE/containerd.toml"
-
-cat >"$STATE/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-authentication: {anonymous: {enabled: false}, x509: {clientCAFile: "$PKI/ca.crt"}}
-authorization: {mode: AlwaysAllow}
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-failSwapOn: false
-containerRuntimeEndpoint: unix://$RUNDIR/containerd.sock
-EOF
-cat >"$STATE/kube-proxy.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: iptables
-clusterCIDR: 10.1.0.0/16
-hostnameOverride: $NODE
-clientConnection: {kubeconfig: "$KUBECONFIG_FILE"}
-# nf_conntrack_max is not writable from a network namespace: leave it as the machine has it.
-conntrack: {maxPerCore: 0}
-EOF
 for _ in $(seq 60); do
     in_ns "$KUBE_BIN/kubectl" "$KC" get --raw=/readyz >/dev/null 2>&1 && break
     sleep 1
 done
-start kubelet "$KUBE_BIN/kubelet" "$KC" --config="$STATE/kubelet.yaml" \
-    --hostname-override="$NODE" --node-ip="$IP"
-start kube-proxy "$KUBE_BIN/kube-proxy" --config="$STATE/kube-proxy.yaml"
-for _ in $(seq 60); do
-    in_ns "$KUBE_BIN/kubectl" "$KC" get node "$NODE" >/dev/null 2>&1 && break
-    sleep 1
-done
+node_services_up
+[ -z "${IMAGES:-}" ] || import_images $IMAGES
 # k8s/base/etcd.yaml runs etcd on a control-plane node; the kubelet may not set this label itself.
 in_ns "$KUBE_BIN/kubectl" "$KC" label node "$NODE" node-role.kubernetes.io/control-plane= \
     --overwrite >/dev/null

@@ -3,7 +3,9 @@
 Node-wide (made once per VPP connection, found again by tag):
 
     BVI        loopback tagged `BVI_TAG`, MAC = node.vxlan_mac(this node), in the pod VRF (both
-               families) with this node's VXLAN address (VxlanCIDR prefix), IPv6 enabled
+               families: the IPv6 table is made when pods are IPv4-only) with this node's
+               VXLAN address (VxlanCIDR prefix), IPv6 enabled, GSO, up; a BVI found by its tag
+               but not up was cut short while being made and is completed
     bridge     domain `bd_id`: learning, flooding and unknown-unicast flooding off, forwarding
                on; the BVI in it as the BVI port, split-horizon group 1
 
@@ -54,6 +56,7 @@ TUNNEL_TAG = BASE_TAG_PREFIX + "mesh-node/"
 PORT_NORMAL, PORT_BVI = 0, 1  # l2_port_type
 SPLIT_HORIZON = 1
 VXLAN_PORT = 4789
+POD_TABLE_NAME = "vswitch-cni-pods"  # as the driver names the pod VRF (base.py)
 
 
 def tunnel_endpoint(node: NodeInfo) -> str:
@@ -104,34 +107,55 @@ class VppMesh:
     # ---- node-wide --------------------------------------------------------------------------
 
     def bvi(self, local: NodeInfo) -> int:
-        """The BVI's sw_if_index, made (with the bridge domain) when missing."""
+        """The BVI's sw_if_index, made (with the bridge domain) when missing, and completed
+        when an earlier making of it was cut short (see `_settle_bvi`)."""
         with self._lock:
             self.api.connect()
             if self._bvi is not None and self._bvi[0] == self.api.generation:
                 return self._bvi[1]
             found = interfaces.by_tag(self.api, BVI_TAG)
-            index = found[0].sw_if_index if found else self._create_bvi(local)
+            if found:
+                index, complete = found[0].sw_if_index, found[0].admin_up
+            else:
+                index = interfaces.create_loopback(self.api, local.vxlan_mac)
+                interfaces.set_tag(self.api, index, BVI_TAG)
+                complete = False
+            if not complete:
+                self._settle_bvi(index, local)
             self._bridge(index)
             self._bvi = (self.api.generation, index)
             return index
 
-    def _create_bvi(self, local: NodeInfo) -> int:
-        index = interfaces.create_loopback(self.api, local.vxlan_mac)
-        interfaces.set_tag(self.api, index, BVI_TAG)
+    def _settle_bvi(self, index: int, local: NodeInfo) -> None:
+        """Everything the BVI needs, each step skipped when already done: the BVI is found by
+        its tag, so one whose making failed half-way (a refusal, a kill) is completed by the
+        next try instead of being used as it is. Admin up comes last and marks it complete."""
+        tables = ip.tables(self.api)
         for ipv6 in (False, True):
-            interfaces.set_table(self.api, index, self.pod_vrf_id, ipv6)
+            # The IPv6 next hops over the BVI (fe80::2b:0:<ID>) need the pod VRF in IPv6 too,
+            # also where pods are IPv4-only and the driver made only the IPv4 table: VPP
+            # refuses an interface into a table that does not exist.
+            if (self.pod_vrf_id, ipv6) not in tables:
+                ip.add_table(self.api, self.pod_vrf_id, ipv6, POD_TABLE_NAME)
+            if interfaces.get_table(self.api, index, ipv6) != self.pod_vrf_id:
+                interfaces.set_table(self.api, index, self.pod_vrf_id, ipv6)
         address = ipaddress.ip_interface(f"{local.vxlan_ip}/{self.vxlan_prefixlen}")
-        interfaces.add_address(self.api, index, address)
-        self.api.call("sw_interface_ip6_enable_disable", sw_if_index=index, enable=True)
+        if address not in interfaces.addresses(self.api, index):
+            interfaces.add_address(self.api, index, address)
+        try:
+            self.api.call("sw_interface_ip6_enable_disable", sw_if_index=index, enable=True)
+        except VppCallFailed as exc:
+            if exc.retval != interfaces.VALUE_EXIST:  # enabled by the try before: fine
+                raise
         # A pod's TCP arrives in GSO packets of up to 64 KiB (AF_PACKET with offload): VPP
         # must segment them as they are routed to the BVI, before the VXLAN encapsulation.
         # Left whole, they leave VPP as one VXLAN packet flagged TCP GSO, which Linux then
         # cuts wrongly (outer header fixed, inner one not). (Not on the tunnels: a VXLAN
         # tunnel reports GSO support, so VPP's GSO node passes packets whole there.)
+        # Enabling it again (a try cut short after it) only counts one more reference.
         self.api.call("feature_gso_enable_disable", sw_if_index=index, enable_disable=True,
                       context="GSO on the mesh BVI")
         interfaces.set_admin_up(self.api, index)
-        return index
 
     def _bridge(self, bvi: int) -> None:
         domains = self.api.dump("bridge_domain_dump", bd_id=self.bd_id, sw_if_index=ANY)
