@@ -178,11 +178,12 @@ class PolicyController:
              "ingress": _direction(e.policy.ingress), "egress": _direction(e.policy.egress)}
             for e in mine]}
 
-    def counters(self) -> dict[str, Counts]:
-        out: dict[str, Counts] = {}
+    def counters(self) -> Counts:
+        """Every renderer's counters, summed (in the VPP dataplane the node's nftables count
+        the Service traffic that passes the node, VPP the rest)."""
+        out = Counts()
         for renderer in self.renderers:
-            for policy, counts in renderer.counters().items():
-                out[policy] = out.get(policy, Counts()) + counts
+            out = out + renderer.counters()
         return out
 
     @property
@@ -210,9 +211,10 @@ class PolicyController:
             ips = tuple(dict.fromkeys((*local[key].ips, *record_addresses(record)))) \
                 if key in local else record_addresses(record)
             local[key] = replace(pod, ips=ips, node=self.node, host_network=False)
-        pods = [p for p in self.source.pods() if p.key not in local] + list(local.values())
+        pods = [p for k, p in self.source.pods().items() if k not in local]
         only = {k for k in wanted if k is not None}
-        return compile_policies(pods, self.source.namespaces(), self.source.policies(),
+        return compile_policies(pods + list(local.values()), self.source.namespaces().values(),
+                                self.source.policies().values(),
                                 sctp=self.sctp, node_addresses={self.node: self._node_addresses()},
                                 only=only)
 

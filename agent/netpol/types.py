@@ -33,20 +33,30 @@ class Enforced:
         return self.policy.ingress.isolated or self.policy.egress.isolated
 
 
+Count = tuple[int, int]  # packets, bytes
+
+
 @dataclass(frozen=True)
 class Counts:
-    """Packets and bytes a policy's rules allowed, and those its isolation dropped."""
+    """What a renderer's counters say, summed over this node. `allowed`: per policy
+    ("namespace/name"), what its rules let through (a packet two policies' rule allows counts
+    for both). `dropped`: per pod and isolated direction ("ingress", "egress"), what no rule
+    allowed: a drop belongs to the isolation, which no single policy owns. Counters start
+    again from zero when a pod's rules are replaced."""
 
-    allowed_packets: int = 0
-    allowed_bytes: int = 0
-    dropped_packets: int = 0
-    dropped_bytes: int = 0
+    allowed: Mapping[str, Count] = field(default_factory=dict)
+    dropped: Mapping[tuple[K8sPod, str], Count] = field(default_factory=dict)
 
     def __add__(self, other: Counts) -> Counts:
-        return Counts(self.allowed_packets + other.allowed_packets,
-                      self.allowed_bytes + other.allowed_bytes,
-                      self.dropped_packets + other.dropped_packets,
-                      self.dropped_bytes + other.dropped_bytes)
+        return Counts(_sum(self.allowed, other.allowed), _sum(self.dropped, other.dropped))
+
+
+def _sum(a: Mapping[Any, Count], b: Mapping[Any, Count]) -> dict[Any, Count]:
+    out = dict(a)
+    for key, (packets, octets) in b.items():
+        have = out.get(key, (0, 0))
+        out[key] = (have[0] + packets, have[1] + octets)
+    return out
 
 
 class Renderer(Protocol):
@@ -60,17 +70,17 @@ class Renderer(Protocol):
     def apply(self, desired: Mapping[AttachmentKey, Enforced]) -> None: ...
     def apply_one(self, enforced: Enforced) -> None: ...
     def remove_one(self, key: AttachmentKey) -> None: ...
-    def counters(self) -> Mapping[str, Counts]: ...
+    def counters(self) -> Counts: ...
 
 
 class PolicySource(Protocol):
     """The cluster as the Kubernetes cache holds it (agent/kube)."""
 
     def wait_synced(self, timeout: float) -> bool: ...
-    def pods(self) -> list[Pod]: ...
-    def namespaces(self) -> list[Namespace]: ...
-    def policies(self) -> list[NetworkPolicy]: ...
+    def pods(self) -> Mapping[K8sPod, Pod]: ...
+    def namespaces(self) -> Mapping[str, Namespace]: ...
+    def policies(self) -> Mapping[K8sPod, NetworkPolicy]: ...
     def pod(self, namespace: str, name: str) -> Pod | None: ...
 
 
-__all__ = ["AttachmentKey", "Counts", "Enforced", "K8sPod", "PolicySource", "Renderer"]
+__all__ = ["AttachmentKey", "Count", "Counts", "Enforced", "K8sPod", "PolicySource", "Renderer"]

@@ -101,7 +101,8 @@ def workload(image: str, nodes: list[str]) -> list[Doc]:
     container = {
         "name": "netexec", "image": image,
         "args": ["netexec", f"--http-port={PORT}", f"--udp-port={UDP_PORT}"],
-        "ports": [{"containerPort": PORT}, {"containerPort": UDP_PORT, "protocol": "UDP"}],
+        "ports": [{"containerPort": PORT, "name": "http"},
+                  {"containerPort": UDP_PORT, "protocol": "UDP", "name": "udp"}],
         "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
     }
     placement = {

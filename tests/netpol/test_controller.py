@@ -49,14 +49,14 @@ class Cache:
     def wait_synced(self, timeout: float) -> bool:
         return self.synced
 
-    def pods(self) -> list[Pod]:
-        return list(self.pod_list)
+    def pods(self) -> dict[K8sPod, Pod]:
+        return {p.key: p for p in self.pod_list}
 
-    def namespaces(self) -> list[Namespace]:
-        return [Namespace("a", {"kubernetes.io/metadata.name": "a"})]
+    def namespaces(self) -> dict[str, Namespace]:
+        return {"a": Namespace("a", {"kubernetes.io/metadata.name": "a"})}
 
-    def policies(self) -> list[NetworkPolicy]:
-        return list(self.policy_list)
+    def policies(self) -> dict[K8sPod, NetworkPolicy]:
+        return {K8sPod(p.namespace, p.name): p for p in self.policy_list}
 
     def pod(self, namespace: str, name: str) -> Pod | None:
         for p in self.pod_list:
@@ -86,8 +86,8 @@ class Recorder:
         self.calls.append("remove_one")
         self.state.pop(key, None)
 
-    def counters(self) -> Mapping[str, Counts]:
-        return {"a/p": Counts(1, 100, 2, 200)}
+    def counters(self) -> Counts:
+        return Counts({"a/p": (1, 100)}, {(K8sPod("a", "db"), "ingress"): (2, 200)})
 
 
 def record(name: str, ip: str, cid: str = "") -> PodRecord:
@@ -199,4 +199,4 @@ def test_explain_and_counters() -> None:
         {"peers": ["10.0.0.9/32"], "ports": "all traffic", "policies": ["a/p"]}]}
     assert one["egress"] == {"isolated": False, "rules": []}
     assert ctl.explain("a", "nobody") is None
-    assert ctl.counters() == {"a/p": Counts(2, 200, 4, 400)}
+    assert ctl.counters() == Counts({"a/p": (2, 200)}, {(K8sPod("a", "db"), "ingress"): (4, 400)})
