@@ -142,13 +142,15 @@ class KubeApiServer:
 
     # ---- clients -----------------------------------------------------------------------------
 
-    def kubeconfig(self, user: str) -> Path:
-        """A kubeconfig file for token user `user` (the CA inline, as a kubeconfig usually has)."""
-        path = self.root / f"kubeconfig-{user}.yaml"
+    def kubeconfig(self, user: str, port: int | None = None) -> Path:
+        """A kubeconfig file for token user `user`, to this server or to `port` on loopback
+        (a proxy in front of it: testbed/tcpproxy)."""
+        path = self.root / f"kubeconfig-{user}-{port or self.port}.yaml"
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
             "clusters": [{"name": "test", "cluster": {
-                "server": self.url, "certificate-authority": str(self.ca.cert)}}],
+                "server": f"https://127.0.0.1:{port or self.port}",
+                "certificate-authority": str(self.ca.cert)}}],
             "users": [{"name": user, "user": {"token": self.tokens[user]}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
         }))
