@@ -118,14 +118,17 @@ RunFactory = Callable[..., Run]
 
 @pytest.fixture
 def make_state(apiserver: KubeApiServer) -> Iterator[RunFactory]:
-    """make_state(port=None, start=True, **KubeState kwargs): a KubeState as `reflector`
-    (through a proxy on `port` when given); every one is stopped at the end."""
+    """make_state(port=None, start=True, server=None, **KubeState kwargs): a KubeState as
+    `reflector` of `server` (default: the module's), through a proxy on `port` when given;
+    every one is stopped at the end."""
     made: list[KubeState] = []
 
-    def make(port: int | None = None, start: bool = True, **kwargs: Any) -> Run:
+    def make(port: int | None = None, start: bool = True, server: KubeApiServer | None = None,
+             **kwargs: Any) -> Run:
         changes, registry = Changes(), CollectorRegistry()
         options = {"backoff": (0.1, 0.5), **kwargs}  # quick retries: tests wait for them
-        run = Run(KubeState(str(apiserver.kubeconfig(USER, port)), on_change=changes,
+        kubeconfig = (server or apiserver).kubeconfig(USER, port)
+        run = Run(KubeState(str(kubeconfig), on_change=changes,
                             registry=registry, **options), registry, changes)
         made.append(run.state)
         if start:

@@ -31,6 +31,7 @@ from ipaddress import ip_address
 import pytest
 
 from agent.kube.objects import KubeNode
+from policy import PodKey
 from testbed.kube import KubeApiServer
 from testbed.tcpproxy import TcpProxy
 from tests.kube.conftest import RunFactory, eventually, needs_apiserver
@@ -80,10 +81,11 @@ def test_list_then_watch_follows_every_kind(apiserver: KubeApiServer,
     run = make_state()
     state = run.state
     assert state.wait_synced(20), state.error
-    assert state.pods()[(ns, "before")].labels == {"app": "db"}
-    assert state.pods()[(ns, "before")].ports[0].name == "http"
+    assert state.pods()[PodKey(ns, "before")].labels == {"app": "db"}
+    assert state.pods()[PodKey(ns, "before")].ports[0].name == "http"
     assert state.namespaces()[ns].labels["team"] == "a"
-    assert state.policies()[(ns, "before")].pod_selector.match_labels == frozenset({("app", "db")})
+    selector = state.policies()[PodKey(ns, "before")].pod_selector
+    assert selector.match_labels == frozenset({("app", "db")})
     assert state.nodes()[node].internal_ips == (ip_address("192.168.16.1"),)
     assert state.error == ""
     listed = {k: run.changes.count(k) for k in ("pods", "namespaces", "networkpolicies", "nodes")}
@@ -106,9 +108,9 @@ def test_list_then_watch_follows_every_kind(apiserver: KubeApiServer,
     api.must("PATCH", f"/api/v1/nodes/{node2}/status",
              {"status": {"addresses": [{"type": "InternalIP", "address": "192.168.16.3"}]}},
              **merge)
-    eventually(lambda: state.pods()[(ns, "after")].labels == {"app": "db"}
+    eventually(lambda: state.pods()[PodKey(ns, "after")].labels == {"app": "db"}
                and state.namespaces()[ns2].labels.get("x") == "y"
-               and state.policies()[(ns, "after")].ingress == ()
+               and state.policies()[PodKey(ns, "after")].ingress == ()
                and state.nodes()[node2].internal_ips == (ip_address("192.168.16.3"),),
                what="the updates")
     # deletes
