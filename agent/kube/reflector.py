@@ -15,8 +15,10 @@ timer. While the API is away nothing changes in the caches: they keep the last s
 `synced` stays as it was, `error` says why, and the loops retry with backoff.
 
 `on_change(kind)` is called in that kind's thread after its cache changed (a watch event that
-changed the value, or a relist whose diff is not empty): it should be quick (a wake-up); an
-exception from it is logged, never a reason to relist. Readers are thread-safe copies.
+changed the value, or a list whose diff is not empty: the first list of a kind with objects is
+one call): it should be quick (a wake-up); an exception from it is logged, never a reason to
+relist. Readers are thread-safe copies; pods and policies are keyed by PodKey(namespace, name),
+namespaces and nodes by name.
 """
 
 from __future__ import annotations
