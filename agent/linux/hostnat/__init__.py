@@ -112,7 +112,7 @@ def rules(plan: NatPlan) -> list[dict[str, Any]]:
     other objects of the table (the policy renderer's) are left as they are."""
     table = {"family": "inet", "name": plan.table}
     chain = _chain(plan.table)
-    versions = {n.version for n in plan.pod_nets}
+    versions: set[int] = {n.version for n in plan.pod_nets}
     cmds: list[dict[str, Any]] = [
         {"add": {"table": table}}, {"add": {"chain": chain}}, {"flush": {"chain": chain}},
         *_gone(plan, versions),  # after the flush: no rule of the chain refers to them now
