@@ -295,7 +295,7 @@ def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
 
 
 def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
-        new: Rendered) -> tuple[list[Cmd], Installed]:
+        new: Rendered, *, with_base: bool = True) -> tuple[list[Cmd], Installed]:
     """One transaction that makes one pod's objects exactly `new` (its render alone; empty:
     the pod goes or is isolated in no direction), touching no other pod's objects except the
     map elements of the pod's `addresses` (one another pod held before: the new owner wins)."""

@@ -47,6 +47,7 @@ class NftPolicy:
         self._sweep_conntrack = sweep_conntrack
         self._pods: dict[PodKey, PodRules] = {}
         self._now: Installed | None = None  # None: not read from the kernel yet
+        self._base = False  # the base chain, maps and sets known to be in place
         self._retired: dict[str, Count] = {}  # allow counts of deleted counters, per policy
 
     # --- changes -------------------------------------------------------------------------
@@ -60,6 +61,7 @@ class NftPolicy:
             self._retire(values, now.counters - set(new.counters))
             cmds = render.full(self.table, now, new)
             run(cmds)
+            self._base = True
             changed = [a for key, rules in desired.items() if self._pods.get(key) != rules
                        for a in rules.addresses]
             self._now, self._pods = render.installed(new), dict(desired)
@@ -93,7 +95,7 @@ class NftPolicy:
             listed = run([{"list": {"table": {"family": "inet", "name": self.table}}}])
             if not [o for o in listed.get("nftables", ()) if set(o) - {"metainfo", "table"}]:
                 run([{"delete": {"table": {"family": "inet", "name": self.table}}}])
-            self._now, self._pods, self._retired = Installed(), {}, {}
+            self._now, self._pods, self._retired, self._base = Installed(), {}, {}, False
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -133,9 +135,18 @@ class NftPolicy:
         gone = {c for c in now.counters if render.owned_by(key, c)} - set(new.counters)
         if gone and key in self._pods:
             self._retire(self._counter_values(), gone)
-        cmds, after = render.pod(self.table, key, addresses, now, new)
-        run(cmds)
-        self._now = after
+        cmds, after = render.pod(self.table, key, addresses, now, new, with_base=not self._base)
+        try:
+            run(cmds)
+        except NftError:
+            if not self._base:
+                raise
+            # the table changed behind our back (someone deleted it): read it, then all again
+            self._base = False
+            now, _ = self._read()
+            cmds, after = render.pod(self.table, key, addresses, now, new)
+            run(cmds)
+        self._now, self._base = after, True
         return cmds
 
     def _retire(self, values: Mapping[str, Count], names: set[str]) -> None:
