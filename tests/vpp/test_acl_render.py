@@ -52,8 +52,12 @@ def test_default_deny_ingress_keeps_egress_open_and_stateful() -> None:
     rules = render(pp(ingress=DirectionRules(True)))
     assert reasons(rules.output) == ["node", "node", "self", "self", "icmp6-nd",
                                      "default-deny", "default-deny"]
-    assert reasons(rules.input) == ["node", "node", "icmp6-nd", "open", "open"]
-    assert [r.action for r in rules.input if r.reason == "open"] == [ar.PERMIT_REFLECT] * 2
+    assert reasons(rules.input) == ["node", "node", "icmp6-nd", *["open"] * 6]
+    # A TCP SYN and all but TCP open sessions; the rest of TCP passes without one.
+    assert [(r.action, r.src, r.proto, r.tcp_flags) for r in rules.input if r.reason == "open"] \
+        == [(ar.PERMIT_REFLECT, V4, 6, (0x12, 0x02)), (ar.PERMIT, V4, 6, (0, 0)),
+            (ar.PERMIT_REFLECT, V4, 0, (0, 0)), (ar.PERMIT_REFLECT, V6, 6, (0x12, 0x02)),
+            (ar.PERMIT, V6, 6, (0, 0)), (ar.PERMIT_REFLECT, V6, 0, (0, 0))]
     assert [(r.src, r.dst) for r in rules.output if r.reason == "default-deny"] == \
         [(V4, V4), (V6, V6)]
     node = [r for r in rules.output if r.reason == "node"]
@@ -83,7 +87,7 @@ def test_egress_rules_allow_services_and_the_node_before_the_rules() -> None:
     assert all(r.action == ar.PERMIT_REFLECT for r in rules.input if r.reason == "policy")
     # Ingress is open, yet an ACL: the answers to the pod's connections need no session there,
     # but connections to the pod must leave one for its answers through the input ACL.
-    assert reasons(rules.output)[-2:] == ["open", "open"]
+    assert reasons(rules.output)[-6:] == ["open"] * 6
 
 
 def test_ingress_peers_are_sources_and_ports_the_pods_own() -> None:
@@ -140,8 +144,8 @@ Detail = namedtuple("Detail", "is_permit src_prefix dst_prefix proto srcport_or_
 
 
 def test_fields_round_trip_through_vpps_details() -> None:
-    rule = ar.AclRule(ar.PERMIT_REFLECT, V4, nets("10.2.0.0/16")[0], 17, (0, 65535), (53, 53),
-                      "policy", ("web/p",))
+    rule = ar.AclRule(ar.PERMIT_REFLECT, V4, nets("10.2.0.0/16")[0], 6, (0, 65535), (53, 53),
+                      (0x12, 0x02), "policy", ("web/p",))
     back = ar.rule_from_vpp(Detail(**rule.fields()))
     assert back.match() == rule.match() and back.reason == ""
 

@@ -11,7 +11,8 @@ rules), the *output* ACL what VPP delivers to it (its ingress rules). Each is, i
     permit+refl  each compiled rule        permit+refl  each compiled rule
     deny         everything else           deny         everything else
 
-or, for a direction no policy isolates, one `permit+reflect` of everything per family. The
+or, for a direction no policy isolates, per family: `permit+reflect` of a TCP SYN, `permit`
+of the rest of TCP, `permit+reflect` of everything else (`_open` says why TCP differs). The
 reflect action makes the acl plugin keep a session whose return packets pass the other ACL
 unchecked: that is what makes the rules stateful (an answer to an allowed connection is allowed),
 so a pod isolated in one direction only still gets both ACLs. A pod isolated in neither gets none.
@@ -46,6 +47,7 @@ DENY, PERMIT, PERMIT_REFLECT = 0, 1, 2
 ANY_PROTO, PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_ICMP6 = 0, 6, 17, 132, 58
 PROTOCOLS = {"TCP": PROTO_TCP, "UDP": PROTO_UDP, "SCTP": PROTO_SCTP}
 ALL_PORTS = (0, 65535)
+SYN, ACK = 0x02, 0x10  # TCP flags
 ND_TYPES = (133, 137)  # router solicitation .. redirect
 ICMP_CODES = (0, 255)
 EVERYWHERE: tuple[IPNetwork, IPNetwork] = (
@@ -70,6 +72,7 @@ class AclRule:
     proto: int = ANY_PROTO
     sport: tuple[int, int] = ALL_PORTS  # ICMP: the type range
     dport: tuple[int, int] = ALL_PORTS  # ICMP: the code range
+    tcp_flags: tuple[int, int] = (0, 0)  # (mask, value); TCP only
     reason: str = ""
     policies: tuple[str, ...] = ()
 
@@ -80,12 +83,13 @@ class AclRule:
             "proto": self.proto,
             "srcport_or_icmptype_first": self.sport[0], "srcport_or_icmptype_last": self.sport[1],
             "dstport_or_icmpcode_first": self.dport[0], "dstport_or_icmpcode_last": self.dport[1],
-            "tcp_flags_mask": 0, "tcp_flags_value": 0,
+            "tcp_flags_mask": self.tcp_flags[0], "tcp_flags_value": self.tcp_flags[1],
         }
 
     def match(self) -> tuple[object, ...]:
         """What VPP holds of the rule: equal for a rule and its dump (reason aside)."""
-        return (self.action, self.src, self.dst, self.proto, self.sport, self.dport)
+        return (self.action, self.src, self.dst, self.proto, self.sport, self.dport,
+                self.tcp_flags)
 
 
 def rule_from_vpp(r: Any) -> AclRule:
@@ -93,12 +97,14 @@ def rule_from_vpp(r: Any) -> AclRule:
     return AclRule(
         int(r.is_permit), ipaddress.ip_network(r.src_prefix), ipaddress.ip_network(r.dst_prefix),
         int(r.proto), (int(r.srcport_or_icmptype_first), int(r.srcport_or_icmptype_last)),
-        (int(r.dstport_or_icmpcode_first), int(r.dstport_or_icmpcode_last)))
+        (int(r.dstport_or_icmpcode_first), int(r.dstport_or_icmpcode_last)),
+        (int(r.tcp_flags_mask), int(r.tcp_flags_value)))
 
 
 # A pod and its gateway must resolve each other whatever the policy (IPv4's ARP is no IP
 # packet and never meets an ACL).
-ND_RULE = AclRule(PERMIT, EVERYWHERE[1], EVERYWHERE[1], PROTO_ICMP6, ND_TYPES, ICMP_CODES, ND)
+ND_RULE = AclRule(PERMIT, EVERYWHERE[1], EVERYWHERE[1], PROTO_ICMP6, ND_TYPES, ICMP_CODES,
+                  reason=ND)
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,7 @@ def _rules(rule: Rule, ingress: bool) -> Iterable[AclRule]:
             proto = _proto(ports)
             if proto is not None:
                 yield AclRule(PERMIT_REFLECT, src, dst, proto, ALL_PORTS,
-                              (ports.first, ports.last), POLICY, rule.policies)
+                              (ports.first, ports.last), reason=POLICY, policies=rule.policies)
 
 
 def _proto(ports: PortRange) -> int | None:
@@ -162,7 +168,18 @@ def _proto(ports: PortRange) -> int | None:
 
 
 def _open() -> list[AclRule]:
-    return [AclRule(PERMIT_REFLECT, net, net, reason=OPEN) for net in EVERYWHERE]
+    """A direction no policy isolates: everything passes, and what the pod opens leaves a
+    session for its answers. A TCP packet that opens nothing passes without one: a session made
+    by, say, the pod's answer on a connection the other direction has just cut (its session
+    gone with the reclassification) would carry that connection past the cut. UDP cannot be
+    told apart: its first packet either way opens a session, as in the kernel's conntrack."""
+    out: list[AclRule] = []
+    for net in EVERYWHERE:
+        out += [AclRule(PERMIT_REFLECT, net, net, PROTO_TCP, tcp_flags=(SYN | ACK, SYN),
+                        reason=OPEN),
+                AclRule(PERMIT, net, net, PROTO_TCP, reason=OPEN),
+                AclRule(PERMIT_REFLECT, net, net, reason=OPEN)]
+    return out
 
 
 def _deny_rest() -> list[AclRule]:
