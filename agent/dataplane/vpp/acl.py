@@ -144,16 +144,22 @@ class VppPolicy:
             self._sync()
             self._remove(self._base(key), ApplyReport())
 
+    # installed() and counters() take no lock: REST and /metrics must not wait for an apply
+    # that waits for VPP. They read single entries and copies of the dicts (each one step
+    # under the GIL), so they see each pod either before or after a change to it.
+
     def installed(self, key: PodKey) -> Installed | None:
         """What the agent last installed for the pod; asks VPP nothing (REST reads this)."""
-        with self._lock:
-            held = self._pods.get(self._base(key))
-            if held is None or not held.acls:
-                return None
-            acl_in, acl_out = held.acls.get(INPUT), held.acls.get(OUTPUT)
-            return Installed(
-                held.bound, acl_in.index if acl_in else None, acl_out.index if acl_out else None,
-                PodRules(acl_in.rules if acl_in else (), acl_out.rules if acl_out else ()))
+        held = self._pods.get(self._base(key))
+        if held is None:
+            return None
+        acls = dict(held.acls)
+        acl_in, acl_out = acls.get(INPUT), acls.get(OUTPUT)
+        if acl_in is None and acl_out is None:
+            return None
+        return Installed(
+            held.bound, acl_in.index if acl_in else None, acl_out.index if acl_out else None,
+            PodRules(acl_in.rules if acl_in else (), acl_out.rules if acl_out else ()))
 
     def counters(self) -> dict[PodKey, tuple[RuleCounter, ...]]:
         """Per pod and rule, the packets and bytes the acl plugin classified (a connection's
@@ -161,9 +167,8 @@ class VppPolicy:
         session). A replaced ACL starts again from zero. Empty without a stats reader."""
         if self.stats is None:
             return {}
-        with self._lock:
-            held = [(p.key, d, a.index, a.rules) for p in self._pods.values()
-                    if p.key is not None for d, a in p.acls.items()]
+        held = [(p.key, d, a.index, a.rules) for p in list(self._pods.values())
+                if p.key is not None for d, a in dict(p.acls).items()]
         out: dict[PodKey, list[RuleCounter]] = {}
         for key, direction, index, rules in held:
             matches = self.stats.acl_matches(index)
