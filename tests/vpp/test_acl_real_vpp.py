@@ -11,7 +11,10 @@ VppPolicy on the same connection, real TCP and UDP between them through VPP, IPv
 - the node's address reaches a pod that denies everything both ways, and that pod reaches it;
 - an established TCP connection keeps working after a change that still allows it, and is cut
   by one that denies it (session reclassification);
-- the per-rule counters move (the allowed rule and the default deny).
+- the per-rule counters move (the allowed rule and the default deny);
+- a Service (DNAT on the node, as kube-proxy; the agent's return-path masquerade): a client whose
+  egress allows nothing reaches a backend whose ingress allows nothing through the Service
+  (judged on the node), and not directly.
 VPP runs in the machine's namespace: the pods use test-only subnets and interconnect names.
 """
 
@@ -33,11 +36,11 @@ from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane
 from agent.dataplane.vpp.acl import PodAcl, VppPolicy
 from agent.dataplane.vpp.stats import StatsSegment
-from agent.linux import pod_netns
+from agent.linux import hostnat, pod_netns
 from agent.model.pod import PodNetwork
 from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
 from policy.model import IPAddress
-from testbed.netns import entered, named_netns, ping
+from testbed.netns import entered, named_netns, ping, unique
 from testbed.pods import vpp_pod
 
 SOCKET = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
@@ -48,6 +51,8 @@ pytestmark = [
 ]
 V4, V6 = ipaddress.ip_network("10.253.1.0/24"), ipaddress.ip_network("fd00:253:1::/64")
 NODE4, NODE6 = "172.31.253.2", "fd00:253:ff::2"  # the interconnect's Linux end
+SERVICES = ipaddress.ip_network("10.253.250.0/24")
+SERVICE = "10.253.250.10"  # a ClusterIP stand-in, DNATed by the test's own table
 KEY_A, KEY_B = PodKey("acl", "a"), PodKey("acl", "b")
 OPEN, DENY = DirectionRules(False), DirectionRules(True)
 WAIT = 1.5  # seconds a denied packet is given to arrive anyway
@@ -93,7 +98,7 @@ def env() -> Iterator[Env]:
         host_ifname=f"vswa{suffix}h", host_vpp_ifname=f"vswa{suffix}v",
     ))
     stats = StatsSegment(STATS) if os.path.exists(STATS) else None
-    policy = VppPolicy(dp.api, (ipaddress.ip_network("10.253.250.0/24"),),
+    policy = VppPolicy(dp.api, (SERVICES,),
                        (ipaddress.ip_address(NODE4), ipaddress.ip_address(NODE6)), stats)
     try:
         dp.start()
@@ -293,3 +298,33 @@ def test_an_established_connection_is_cut_by_a_change_that_denies_it(env: Env) -
             for conn in conns:
                 if conn is not None:
                     conn.close()
+
+
+@pytest.fixture
+def service(env: Env) -> Iterator[str]:
+    """kube-proxy's DNAT of SERVICE:80 to b:5007 on the node, and the agent's NAT table with
+    its Service return-path masquerade (docs/vpp.md)."""
+    table = f"test-kube-proxy-{unique('')}"
+    cmds = [f"add table ip {table}",
+            f"add chain ip {table} prerouting {{ type nat hook prerouting priority -100 ; }}",
+            f"add rule ip {table} prerouting ip daddr {SERVICE} tcp dport 80 "
+            f"dnat to {env.b.ips[0]}:5007"]
+    subprocess.run(["nft", "-f", "-"], input="\n".join(cmds), text=True, check=True)
+    plan = hostnat.NatPlan(
+        pod_nets=(V4, V6), keep=(ipaddress.ip_network("10.253.0.0/16"), V6), external=False,
+        service_return=True, table=f"vswitch-cni-test-{unique('')}")
+    try:
+        hostnat.apply(plan)
+        yield SERVICE
+    finally:
+        hostnat.remove(plan.table)
+        subprocess.run(["nft", "delete", "table", "ip", table], check=False)
+
+
+def test_service_traffic_is_left_to_the_node(env: Env, service: str) -> None:
+    a, b = env.a, env.b
+    env.policy.apply({a.key: a.acl(ingress=DENY, egress=DENY),
+                      b.key: b.acl(ingress=DENY, egress=DENY)})
+    with Echo(b.ns, b.ips, 5007):
+        assert tcp_ok(a.ns, service, 80)  # a's input permits the Service, b's output the node
+        assert not tcp_ok(a.ns, b.ips[0], 5007)
