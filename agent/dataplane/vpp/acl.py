@@ -244,6 +244,9 @@ class VppPolicy:
             self.api.call("acl_interface_set_acl_list", sw_if_index=want.sw_if_index,
                           count=2, n_input=1, acls=acls,
                           context=f"pod {key.namespace}/{key.name}")
+            for other in self._pods.values():  # VPP gave that index anew: theirs is gone
+                if other.bound == want.sw_if_index:
+                    other.bound = None
             held.bound = want.sw_if_index
             report.bound += 1
             changed = True
