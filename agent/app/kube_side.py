@@ -9,8 +9,9 @@ With neither, NetworkPolicy is off and the agent says so once, as the demo and t
 Renderers: the kernel dataplane's pods are judged by nftables in the node's forward hook; the
 VPP dataplane's by VPP's ACLs on their interfaces, plus the same nftables for the Service
 traffic that passes the node (after kube-proxy's DNAT, with the client pod's own address).
-Both renderers keep state per pod; the controller works per attachment, so an adapter here
-merges a pod's attachments (a replaced sandbox is live beside the new one for a moment).
+Both renderers keep state per pod; the controller works per attachment, so an adapter
+(agent/netpol/perpod) merges a pod's attachments (a replaced sandbox is live beside the new one
+for a moment).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import ipaddress
 import logging
 import os
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from agent.app.config import AgentConfig
@@ -29,7 +31,8 @@ from agent.kube.reflector import KubeState
 from agent.linux.nftpolicy import NftPolicy, PodRules
 from agent.model.pod import PodRecord
 from agent.netpol.controller import PolicyController
-from agent.netpol.types import AttachmentKey, Counts, Enforced, K8sPod
+from agent.netpol.perpod import PerPod, merged_addresses
+from agent.netpol.types import Counts, Enforced
 from agent.state.registry import Registry
 from ipam import NodeNetworks
 from policy.model import IPAddress
@@ -60,56 +63,9 @@ def node_addresses(networks: NodeNetworks, node_ip: str, dataplane: str) -> list
     return list(dict.fromkeys(out))
 
 
-class PerPod:
-    """A per-pod renderer seen per attachment: a pod's attachments merged into one value by
-    `merge` (None: nothing to enforce for them), each call the pod's whole state."""
-
-    def __init__(self, name: str, sctp: bool, apply: Callable[[dict[K8sPod, Any]], object],
-                 apply_pod: Callable[[K8sPod, Any], object],
-                 remove_pod: Callable[[K8sPod], object],
-                 merge: Callable[[list[Enforced]], Any], counters: Callable[[], Counts]) -> None:
-        self.name = name
-        self.sctp = sctp
-        self._apply, self._apply_pod, self._remove_pod = apply, apply_pod, remove_pod
-        self._merge = merge
-        self._counters = counters
-        self._attachments: dict[AttachmentKey, Enforced] = {}
-
-    def _of(self, pod: K8sPod) -> list[Enforced]:
-        return [e for e in self._attachments.values() if e.pod == pod]
-
-    def apply(self, desired: Mapping[AttachmentKey, Enforced]) -> None:
-        self._attachments = dict(desired)
-        merged = {pod: self._merge(self._of(pod)) for pod in {e.pod for e in desired.values()}}
-        self._apply({pod: value for pod, value in merged.items() if value is not None})
-
-    def apply_one(self, enforced: Enforced) -> None:
-        self._attachments[enforced.attachment] = enforced
-        self._send(enforced.pod)
-
-    def remove_one(self, key: AttachmentKey) -> None:
-        gone = self._attachments.pop(key, None)
-        if gone is not None:
-            self._send(gone.pod)
-
-    def _send(self, pod: K8sPod) -> None:
-        value = self._merge(self._of(pod))
-        if value is None:
-            self._remove_pod(pod)
-        else:
-            self._apply_pod(pod, value)
-
-    def counters(self) -> Counts:
-        return self._counters()
-
-
-def _addresses(group: list[Enforced]) -> tuple[IPAddress, ...]:
-    return tuple(dict.fromkeys(a for e in group for a in e.addresses))
-
-
 def nft_renderer(table: NftPolicy) -> PerPod:
     def merge(group: list[Enforced]) -> PodRules | None:
-        return PodRules(group[-1].policy, _addresses(group)) if group else None
+        return PodRules(group[-1].policy, merged_addresses(group)) if group else None
 
     def counters() -> Counts:
         c = table.counters()
@@ -147,7 +103,8 @@ class KubeSide:
         if cfg.dataplane == "vpp":
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs
 
-            renderers.append(vpp_renderer(dataplane, networks, exempt))
+            renderers.append(vpp_renderer(dataplane, cfg.vpp_api_socket,
+                                          [cfg.ipam.service_cidr], exempt))
         controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records)
         woken.append(controller)
         side = cls(kube, controller)
@@ -189,10 +146,10 @@ class KubeSide:
         for unit, index in (("packets", 0), ("bytes", 1)):
             metrics.labelled(f"vswitch_cni_policy_allowed_{unit}", f"{unit.title()} a "
                              "NetworkPolicy's rules allowed on this node (rules in place).",
-                             ["policy"], lambda i=index: allowed(i))
+                             ["policy"], partial(allowed, index))
             metrics.labelled(f"vswitch_cni_policy_dropped_{unit}", f"{unit.title()} dropped "
                              "because no rule allowed them, per isolated pod and direction.",
-                             ["namespace", "pod", "direction"], lambda i=index: dropped(i))
+                             ["namespace", "pod", "direction"], partial(dropped, index))
         metrics.gauge("vswitch_cni_policy_pods", "Attachments with NetworkPolicy rules here.",
                       lambda: float(self.controller.installed()))
         metrics.gauge("vswitch_cni_policy_applies", "Full NetworkPolicy applies since start.",
