@@ -104,10 +104,11 @@ class KubeState:
         self.api = KubeApi(kubeconfig)
         self.get_timeout = get_timeout
         registry = registry if registry is not None else CollectorRegistry()
-        self.refusals = Refusals(Counter(
+        refused = Counter(
             "vswitch_cni_kube_refused_objects", "Kubernetes objects left out of the reflector's "
             "caches because they could not be read (each object once per error).", ["kind"],
-            registry=registry))
+            registry=registry)
+        self.refusals = Refusals(refused)
         lists = Counter("vswitch_cni_kube_lists", "LISTs of a kind by the reflector: the first, "
                         "then each relist (410 Gone, a broken watch, the resync timer).",
                         ["kind"], registry=registry)
@@ -115,6 +116,8 @@ class KubeState:
         self._watches: dict[str, ListWatch[Key, Any, str]] = {}
         kinds: tuple[Kind[Any], ...] = (PODS, NAMESPACES, POLICIES, NODES)
         for kind in kinds:
+            refused.labels(kind.name)  # every kind's series from the start, at 0
+            lists.labels(kind.name)
             self._add(kind, on_change, lists, resync, watch_timeout, backoff)
 
     def _add(self, kind: Kind[V], on_change: Callable[[str], None] | None, lists: Counter,

@@ -10,7 +10,8 @@ objects, runs the plugin, and writes each pod's IP into its status as the kubele
 - the policy's allowed peer (by podSelector, once its IP is in the API) connects on the allowed
   TCP and UDP ports and not on another; a pod without the label never connects;
 - REST `/v1/policy/pol/server` shows the rule and the policy it came from; /metrics counts the
-  policy's allowed packets;
+  policy's allowed packets, and has every `vswitch_cni_policy_*` and `vswitch_cni_kube_*` series
+  docs/metrics.md lists, with its labels;
 - the policy deleted: everyone connects (a change reaches the node in a bounded time);
 - the pods deleted (CNI DEL): their rules are gone.
 """
@@ -18,7 +19,6 @@ objects, runs the plugin, and writes each pod's IP into its status as the kubele
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -31,6 +31,7 @@ from testbed.kube import KubeApiServer
 from testbed.netns import named_netns
 from tests.kube.conftest import USER, needs_apiserver
 from tests.nftpolicy.probes import connects, servers
+from tests.rest.test_metrics_scrape import check_series, documented, scrape
 
 pytestmark = [needs_apiserver, pytest.mark.timeout(300)]
 NS = "pol"
@@ -101,12 +102,6 @@ def _rest(agent: AgentHandle, path: str) -> tuple[int, Any]:
     return agent.get(path)
 
 
-def _metrics(agent: AgentHandle) -> str:
-    with urllib.request.urlopen(agent.rest_url + "/metrics", timeout=10) as answer:
-        text: str = answer.read().decode()
-    return text
-
-
 def test_policy_from_the_api_enforced_from_the_first_packet(
     setup: tuple[Pods, AgentHandle], apiserver: KubeApiServer
 ) -> None:
@@ -142,8 +137,12 @@ def test_policy_from_the_api_enforced_from_the_first_packet(
         (rule,) = attachment["ingress"]["rules"]
         assert rule["peers"] == [f"{pods.ip['client-ok']}/32"]
         assert rule["policies"] == [f"{NS}/server-in"]
-        assert f'vswitch_cni_policy_allowed_packets{{policy="{NS}/server-in"}}' in \
-            _metrics(agent)
+        _, samples, types = scrape(agent)
+        allowed = [x for x in samples["vswitch_cni_policy_allowed_packets"]
+                   if x.labels == {"policy": f"{NS}/server-in"}]
+        assert allowed and allowed[0].value > 0, samples["vswitch_cni_policy_allowed_packets"]
+        check_series(samples, types, documented(),
+                     lambda name: name.startswith(("vswitch_cni_policy_", "vswitch_cni_kube_")))
 
         apiserver.must("DELETE",
                        f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/server-in")
