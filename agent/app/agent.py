@@ -28,7 +28,7 @@ from agent.api.rest import RestServer
 from agent.app.cluster_side import ClusterSide
 from agent.app.config import AgentConfig
 from agent.app.gauges import register_gauges
-from agent.app.kube_side import KubeSide
+from agent.app.kube_side import KubeSide, api_node_ip
 from agent.app.rest_view import AgentView
 from agent.app.wiring import make_dataplane, nat_plan
 from agent.dataplane import Dataplane
@@ -125,7 +125,10 @@ class Agent:
         self.dataplane = make_dataplane(cfg, self.networks, self.metrics)
         # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
         # carry refuses the start. The VPP mesh shares the driver's connection.
-        self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
+        env = dict(os.environ)
+        if api_ip := api_node_ip(cfg, env):  # no NodeIP, no NODE_IP: the Node's InternalIP
+            env["NODE_IP"] = api_ip
+        self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane, env=env)
         self.phase = f"starting: setting up the {cfg.dataplane} dataplane"
         self._start_dataplane(self.dataplane)
         self.dataplane_probe = Probe("dataplane", self.dataplane.ready)

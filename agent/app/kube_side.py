@@ -27,6 +27,8 @@ from agent.app.config import AgentConfig
 from agent.cluster.node_gc import NodeCollector
 from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
+from agent.kube.api import KubeApi
+from agent.kube.objects import NODES, KubeError, NodeError, node_from_k8s
 from agent.kube.reflector import KubeState
 from agent.linux.nftpolicy import NftPolicy, PodRules
 from agent.model.pod import PodRecord
@@ -49,6 +51,32 @@ def kube_config(cfg: AgentConfig, env: Mapping[str, str]) -> str | None:
     if env.get("KUBERNETES_SERVICE_HOST") and os.path.exists(SERVICE_ACCOUNT):
         return ""
     return None
+
+
+def api_node_ip(cfg: AgentConfig, env: Mapping[str, str]) -> str:
+    """The node IP from the Kubernetes API when neither NodeIP nor NODE_IP gives one: the first
+    InternalIP of this node's Node (one GET at start); "" when there is no API, no such Node or
+    no InternalIP, or the GET fails (logged: the agent goes on as without an API)."""
+    source = kube_config(cfg, env)
+    if source is None or cfg.node_ip or env.get("NODE_IP"):
+        return ""
+    try:
+        api = KubeApi(source or None)
+        try:
+            found = api.get(NODES.object_path("", cfg.node_name), timeout=5.0)
+        finally:
+            api.close()
+        node = node_from_k8s(found) if found is not None else None
+    except (KubeError, NodeError) as exc:
+        log.warning("no node IP from the Kubernetes API: %s", exc)
+        return ""
+    if node is None or not node.internal_ips:
+        log.warning("no node IP from the Kubernetes API: Node %s %s", cfg.node_name,
+                    "does not exist" if node is None else "has no InternalIP")
+        return ""
+    log.info("node IP %s: the InternalIP of Node %s (neither NodeIP nor NODE_IP is set)",
+             node.internal_ips[0], cfg.node_name)
+    return str(node.internal_ips[0])
 
 
 def node_addresses(networks: NodeNetworks, node_ip: str, dataplane: str) -> list[IPAddress]:
