@@ -33,6 +33,7 @@ from benchmarks import (
     mesh_scale,
     nodeid,
     plugin_exec,
+    policy_kernel,
     restart,
     scale_add,
     soak_report,
@@ -228,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)
     results = run(QUICK if args.quick else FULL, "quick" if args.quick else "full", command)
-    kept = soak_report.kept_section(out)  # the soak's section is benchmarks.soak's to write
+    # the soak's and the kernel policy's sections are their own benchmarks' to write
+    kept = soak_report.kept_section(out) + soak_report.kept_section(
+        out, policy_kernel.BEGIN, policy_kernel.END)
     out.write_text(render(results) + (f"\n{kept}" if kept else ""))
     log(f"wrote {out} ({results.wall_s:.0f} s)")
     print(out)

@@ -347,22 +347,24 @@ def _logs(run: DataplaneRun) -> list[str]:
     return out
 
 
-def kept_section(path: Path) -> str:
-    """The soak section of `path` ("" when there is none), markers included."""
+def kept_section(path: Path, begin: str = BEGIN, end_marker: str = END) -> str:
+    """The soak section of `path` (or another between `begin` and `end_marker`; "" when there is
+    none), markers included."""
     try:
         text = path.read_text()
     except OSError:
         return ""
-    start, end = text.find(BEGIN), text.find(END)
-    return text[start:end + len(END)] + "\n" if 0 <= start < end else ""
+    start, end = text.find(begin), text.find(end_marker)
+    return text[start:end + len(end_marker)] + "\n" if 0 <= start < end else ""
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replaces the soak section of `path`, or appends it; the rest stays as it is."""
+def write_section(path: Path, section: str, begin: str = BEGIN, end_marker: str = END) -> None:
+    """Replaces the soak section of `path` (or another between `begin` and `end_marker`), or
+    appends it; the rest stays as it is."""
     text = path.read_text() if path.exists() else ""
-    start, end = text.find(BEGIN), text.find(END)
+    start, end = text.find(begin), text.find(end_marker)
     if 0 <= start < end:
-        text = text[:start] + section.rstrip("\n") + text[end + len(END):]
+        text = text[:start] + section.rstrip("\n") + text[end + len(end_marker):]
     else:
         text = text.rstrip("\n") + ("\n\n" if text else "") + section
     path.write_text(text)

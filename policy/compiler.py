@@ -20,7 +20,7 @@ nothing and is reported in `warnings`; the rest of its rule stands. Pure: no I/O
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from policy import addresses
@@ -188,13 +188,16 @@ def _selections(compiler: _Compiler, policies: Iterable[NetworkPolicy],
 def compile_policies(pods: Iterable[Pod], namespaces: Iterable[Namespace],
                      policies: Iterable[NetworkPolicy], *, sctp: bool,
                      node_addresses: Mapping[str, Iterable[IPAddress]] | None = None,
-                     node: str | None = None) -> Compiled:
-    """Every (non-host-network) pod's rule sets, or only those of `node`'s pods; peers are
-    resolved against all pods either way. `sctp`: whether the renderer can express SCTP ports.
+                     node: str | None = None,
+                     only: Collection[PodKey] | None = None) -> Compiled:
+    """Every (non-host-network) pod's rule sets, or only those of `node`'s pods, or only those
+    of the pods `only` names (an ADD's one pod); peers are resolved against all pods either
+    way. `sctp`: whether the renderer can express SCTP ports.
     `node_addresses`: node name -> its addresses, exempt from its pods' policies.
     PolicyError: two pods, namespaces or policies of one name."""
     compiler = _Compiler(Cluster(pods, namespaces), sctp)
-    mine = [p for p in compiler.cluster.pods if node is None or p.node == node]
+    mine = [p for p in compiler.cluster.pods if (node is None or p.node == node)
+            and (only is None or p.key in only)]
     selections = _selections(compiler, policies, {p.key for p in mine})
     nodes = node_addresses or {}
     out: dict[PodKey, PodPolicy] = {}

@@ -94,9 +94,18 @@ def _meta(obj: object, kind: str, namespaced: bool) -> tuple[Mapping[str, object
         raise exc.under("", kind) from None
 
 
+def _sloppy(text: str) -> str:
+    """An IPv4 address with leading zeros in its octets as the API server takes it (Kubernetes
+    parses them as decimal, the old Go way: `010.1.2.3` is 10.1.2.3), else `text` itself."""
+    octets = text.split(".")
+    if len(octets) == 4 and all(o.isascii() and o.isdigit() for o in octets):
+        return ".".join(str(int(o)) for o in octets)
+    return text
+
+
 def _address(raw: object, path: str) -> IPAddress:
     try:
-        return ipaddress.ip_address(_str(raw, path))
+        return ipaddress.ip_address(_sloppy(_str(raw, path)))
     except ValueError:
         raise PolicyError(path, raw, "not an IP address") from None
 
@@ -106,7 +115,8 @@ def _network(raw: object, path: str) -> IPNetwork:
     try:
         if "/" not in text:
             raise ValueError(text)
-        return ipaddress.ip_network(text, strict=False)
+        address, _, length = text.partition("/")
+        return ipaddress.ip_network(f"{_sloppy(address)}/{length}", strict=False)
     except ValueError:
         raise PolicyError(path, raw, "not a CIDR (an address and a prefix length, such as "
                           "10.0.0.0/8 or 2001:db8::/64)") from None

@@ -14,6 +14,8 @@
   Replacing the files and `.stop()` / `.start()` rotates them. Certificates: testbed/pki.py.
 
 Fast elections (`--heartbeat-interval 10 --election-timeout 100`) make a member healthy in ~0.1 s.
+`extra` adds flags of the caller's (a Kubernetes API server's test etcd sends watch progress
+notifications every second: `--experimental-watch-progress-notify-interval=1s`).
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ class ServerTLS:
 
 
 class _Member:
-    def __init__(self, name: str, root: str, tls: ServerTLS | None = None) -> None:
+    def __init__(self, name: str, root: str, tls: ServerTLS | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
         self.name = name
         self.tls = tls
+        self.extra = extra
         self.client_port = free_port()
         self.peer_port = free_port()
         self.metrics_port = free_port() if tls else 0
@@ -83,7 +87,7 @@ class _Member:
             "--initial-cluster", initial_cluster, "--initial-cluster-token", token,
             "--initial-cluster-state", "new",
             "--heartbeat-interval", "10", "--election-timeout", "100",
-            "--log-level", "error",
+            "--log-level", "error", *self.extra,
         ]
         if self.tls:
             argv += [
@@ -112,10 +116,11 @@ class _Member:
 class EtcdCluster:
     """n etcd members on loopback; a context manager that always cleans up."""
 
-    def __init__(self, n: int = 3, tls: ServerTLS | None = None) -> None:
+    def __init__(self, n: int = 3, tls: ServerTLS | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
         self._root = tempfile.mkdtemp(prefix=f"etcd-{os.getpid()}-")
         self._token = os.path.basename(self._root)
-        self.members = [_Member(f"m{i}", self._root, tls) for i in range(n)]
+        self.members = [_Member(f"m{i}", self._root, tls, extra) for i in range(n)]
         self._initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
     @property
@@ -194,7 +199,7 @@ class EtcdCluster:
     def _renew(self) -> None:
         for member in self.members:
             shutil.rmtree(member.data_dir, ignore_errors=True)
-        self.members = [_Member(m.name, self._root, m.tls) for m in self.members]
+        self.members = [_Member(m.name, self._root, m.tls, m.extra) for m in self.members]
         self._initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -205,8 +210,8 @@ class EtcdCluster:
 class EtcdServer(EtcdCluster):
     """A single-member etcd."""
 
-    def __init__(self, tls: ServerTLS | None = None) -> None:
-        super().__init__(1, tls)
+    def __init__(self, tls: ServerTLS | None = None, extra: tuple[str, ...] = ()) -> None:
+        super().__init__(1, tls, extra)
 
     def __enter__(self) -> EtcdServer:
         super().__enter__()

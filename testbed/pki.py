@@ -4,7 +4,8 @@
     server = ca.issue("etcd", server=True, sans=("IP:127.0.0.1",))
     client = ca.issue("agent")
 
-or all that the etcd TLS tests use at once: `EtcdPki.make(directory)`.
+or all that the etcd TLS tests use at once: `EtcdPki.make(directory)`; a bare key pair (a
+Kubernetes API server's service-account signing key): `Pki(directory).key_pair("sa")`.
 
 Every key is an unencrypted EC P-256 key (fast to make); certificates are valid for two days.
 Each certificate is made from a config file of its own (never the machine's openssl.cnf, whose
@@ -73,6 +74,15 @@ class Pki:
              "-nodes", "-keyout", str(ca.key), "-out", str(ca.cert), "-days", DAYS,
              "-config", str(conf), "-extensions", "ext")
         return ca
+
+    def key_pair(self, name: str) -> Cert:
+        """A bare EC P-256 key pair, no certificate: `cert` is the public key (PEM), `key` the
+        private key."""
+        out = Cert(self.directory / f"{name}.pub", self.directory / f"{name}.key")
+        _run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-out", str(out.key))
+        _run("pkey", "-in", str(out.key), "-pubout", "-out", str(out.cert))
+        return out
 
 
 def _config(directory: Path, name: str, ext: list[str]) -> Path:

@@ -4,6 +4,8 @@
       nodes                          every node: ID, name, node IP, subnets, agent, mesh state
       pods [--node N] [-n NS]        pod attachments from etcd
       pod NAMESPACE/NAME|CONTAINER   the whole record plus a live check through its agent
+      policy NAMESPACE/NAME          the NetworkPolicy rules in force for a pod, and the
+                                     policies each came from (from its node's agent)
       ipam [--node N]                pools per node, use, and leak candidates
       node remove NAME [--force]     remove a node (the agent's own removal transaction)
 
@@ -26,7 +28,7 @@ from urllib.parse import urlsplit
 from agent.app.config import ConfigError, brief, check_etcd_tls, etcd_endpoints, etcd_prefix, load
 from agent.model.errors import CniError
 from agent.state.node_removal import RemoveRefused
-from vswitchctl import views
+from vswitchctl import policy_view, views
 from vswitchctl.output import FORMATS, render
 from vswitchctl.sources import AgentDown, Cluster, EtcdDown, NotFound
 
@@ -68,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     pods.add_argument("-n", "--namespace", help="only this pod namespace's")
     one = sub.add_parser("pod", help="one pod's record and a live check", parents=common)
     one.add_argument("which", help="NAMESPACE/NAME, a container ID or its first 6+ characters")
+    pol = sub.add_parser("policy", help="the NetworkPolicy rules in force for a pod",
+                         parents=common)
+    pol.add_argument("which", help="NAMESPACE/NAME")
     ipam = sub.add_parser("ipam", help="pools, use and leak candidates", parents=common)
     ipam.add_argument("--node", help="only this node")
     node = sub.add_parser("node", help="node operations", parents=common)
@@ -120,6 +125,8 @@ def run(args: argparse.Namespace, ctx: views.Context) -> int:
         view = views.pods(ctx, args.node, args.namespace)
     elif args.command == "pod":
         view = views.pod(ctx, args.which)
+    elif args.command == "policy":
+        view = policy_view.policy(ctx, args.which)
     else:
         view = views.ipam(ctx, args.node)
     sys.stdout.write(render(view, args.output))

@@ -125,7 +125,7 @@ def pods(ctx: Context, node_name: str | None, namespace: str | None) -> View:
     return view
 
 
-def _find(ctx: Context, which: str) -> list[tuple[Node, PodRecord]]:
+def find(ctx: Context, which: str) -> list[tuple[Node, PodRecord]]:
     found = []
     for node in ctx.cluster.nodes():
         for record in ctx.cluster.pods(node.node_id):
@@ -138,7 +138,7 @@ def _find(ctx: Context, which: str) -> list[tuple[Node, PodRecord]]:
 
 
 def pod(ctx: Context, which: str) -> View:
-    found = _find(ctx, which)
+    found = find(ctx, which)
     if not found:
         raise NotFound(f"no pod {which!r} (NAMESPACE/NAME, a container ID or its first 6+ "
                        "characters) in any node's records")

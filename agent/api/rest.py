@@ -8,6 +8,8 @@
     GET /v1/pods/<container ID>/check   a live CHECK of one attachment (?ifname=, default eth0)
     GET /v1/reconcile     the report of the last reconcile
     GET /v1/nodes         the node registry as seen here, mesh state per remote node
+    GET /v1/policy/<namespace>/<pod>   the NetworkPolicy rules in force for a pod of this node
+                          and the policies each came from (404: none; 503: policy is off)
     GET /liveness         200 while the process works
     GET /readiness        200 ready / 503 with the reason
     GET /metrics          Prometheus text format
@@ -70,6 +72,7 @@ class RestSource(Protocol):
     def last_reconcile(self) -> dict[str, Any]: ...
     def mesh_nodes(self) -> dict[str, Any]: ...  # agent.cluster.controller snapshot()
     def check_pod(self, container_id: str, ifname: str) -> dict[str, Any] | None: ...
+    def pod_policy(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
 class HttpError(Exception):
@@ -155,6 +158,17 @@ def _check(src: RestSource, container_id: str, query: dict[str, str]) -> Reply:
 
 
 CHECK_PATH = re.compile(r"^/v1/pods/(?P<cid>[^/]+)/check$")
+POLICY_PATH = re.compile(r"^/v1/policy/(?P<ns>[^/]+)/(?P<name>[^/]+)$")
+
+
+def _policy(src: RestSource, namespace: str, name: str) -> Reply:
+    try:
+        shown = src.pod_policy(namespace, name)
+    except NotReady as exc:
+        raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, str(exc)) from exc
+    if shown is None:
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no pod {namespace}/{name} with rules here")
+    return _json(shown)
 
 
 def _reconcile(src: RestSource, _query: dict[str, str]) -> Reply:
@@ -233,6 +247,10 @@ def answer(src: RestSource, target: str) -> Reply:
         if check is not None:
             query = parse_query(parts.query, frozenset({"ifname"}))
             return _check(src, unquote(check["cid"]), query)
+        policy = POLICY_PATH.match(parts.path)
+        if policy is not None:
+            parse_query(parts.query, frozenset())
+            return _policy(src, unquote(policy["ns"]), unquote(policy["name"]))
         if parts.path not in ROUTES:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such path {parts.path!r}; "
                             f"paths: {', '.join(ROUTES)}")

@@ -28,6 +28,7 @@ from agent.api.rest import RestServer
 from agent.app.cluster_side import ClusterSide
 from agent.app.config import AgentConfig
 from agent.app.gauges import register_gauges
+from agent.app.kube_side import KubeSide, api_node_ip
 from agent.app.rest_view import AgentView
 from agent.app.wiring import make_dataplane, nat_plan
 from agent.dataplane import Dataplane
@@ -40,6 +41,7 @@ from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import ReconcileReport, reconcile
 from agent.linux import hostnat
 from agent.model.errors import CniError, Degraded, NotReady, TryAgainLater
+from agent.model.pod import PodRecord
 from agent.state.id_guard import BindingGuard
 from agent.state.journal import DeleteJournal
 from agent.state.node_ids import NodeIdentity
@@ -95,6 +97,7 @@ class Agent:
         self.binding: BindingGuard | None = None
         self.repair_report: dict[str, Any] = {}
         self.cluster: ClusterSide | None = None
+        self.kube: KubeSide | None = None  # None: no Kubernetes API (NetworkPolicy off)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -122,7 +125,10 @@ class Agent:
         self.dataplane = make_dataplane(cfg, self.networks, self.metrics)
         # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
         # carry refuses the start. The VPP mesh shares the driver's connection.
-        self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane)
+        env = dict(os.environ)
+        if api_ip := api_node_ip(cfg, env):  # no NodeIP, no NODE_IP: the Node's InternalIP
+            env["NODE_IP"] = api_ip
+        self.cluster = ClusterSide.build(cfg, self.networks, self.dataplane, env=env)
         self.phase = f"starting: setting up the {cfg.dataplane} dataplane"
         self._start_dataplane(self.dataplane)
         self.dataplane_probe = Probe("dataplane", self.dataplane.ready)
@@ -133,11 +139,19 @@ class Agent:
             raise StartupError(f"cannot set up NAT (NatExternalTraffic): {exc}") from exc
         pools = Pools(self.networks)
         journal = DeleteJournal(os.path.join(cfg.state_dir, "pending-deletes"))
+        node_ip = self.cluster.local.node_ip if self.cluster else cfg.node_ip
+        self.kube = KubeSide.build(cfg, self.networks, node_ip, self.dataplane,
+                                   self._local_records, self.metrics)
+        if self.kube is not None and self.cluster is not None:
+            self.kube.collect_nodes(self.cluster.registry, cfg.node_name, cfg.node_removal_grace)
         self.pods = PodManager(
             self.node_id, self.store, self.dataplane, pools, cfg.mtu, self.metrics, journal=journal,
             records_dir=os.path.join(cfg.state_dir, "pods"),
+            policy=self.kube.controller if self.kube else None,
         )
         register_gauges(self, pools, journal)
+        if self.kube is not None:  # its first lists run beside the reconcile
+            self.kube.start()
         self.phase = "starting: reconciling pods"
         self.report = reconcile(self.pods)
         self.pods.start_drainer()
@@ -155,6 +169,10 @@ class Agent:
         self.dataplane_probe.refresh()
         self._ready.set()
         log.info("agent ready on %s", cfg.cni_socket)
+
+    def _local_records(self) -> list[PodRecord]:
+        """This node's attachments as the agent knows them (memory, no etcd)."""
+        return self.pods.known.all() if self.pods is not None else []
 
     def _etcd_awaited(self, exc: TryAgainLater) -> None:
         """Readiness names why etcd is awaited: a TLS failure is no outage to sit out."""
@@ -234,6 +252,8 @@ class Agent:
         damaged = self.pods.repair_all()
         if self.cluster is not None:  # a restarted VPP lost the node mesh too
             self.cluster.controller.resync_now()
+        if self.kube is not None:  # and its ACLs; repaired pods may have new interfaces
+            self.kube.controller.changed("dataplane")
         self.repair_report = {
             "generation": generation,
             "seconds": round(time.monotonic() - started, 4),
@@ -268,6 +288,8 @@ class Agent:
             self.dataplane_probe.stop()
         if self.cluster is not None:
             self.cluster.stop()
+        if self.kube is not None:  # the policy rules stay in place: pods stay isolated
+            self.kube.stop()
         if self.binding is not None:
             self.binding.stop()
         if self.pods is not None:

@@ -70,6 +70,8 @@ class AgentConfig:
     nat_table: str = "vswitch-cni"
     vxlan_interface: str = "vxlan-vsw"
     vxlan_vni: int = 10
+    kube_config: str = ""  # "": the pod's service account when in a pod, else no API
+    node_removal_grace: int = 300  # seconds a node may lack its Node before it is freed
     # Contiv's.
     nat_external_traffic: bool = True
     use_tap_interfaces: bool = True
@@ -188,6 +190,8 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("UseL2Interconnect", "use_l2_interconnect", parsers.boolean),
         ("VXLANInterface", "vxlan_interface", parsers.ifname),
         ("VXLANVNI", "vxlan_vni", parsers.int_range(1, 2**24 - 1)),
+        ("KubeConfig", "kube_config", parsers.abs_path),
+        ("NodeRemovalGrace", "node_removal_grace", parsers.int_range(0, 7 * 24 * 3600)),
     ]
 }
 

@@ -81,6 +81,13 @@ class AgentView:
         ADD or DEL); the slow lane runs one at a time, a few a second."""
         return self._started().inspect(PodKey(container_id, ifname))
 
+    def pod_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The rules in force for a pod of this node (from memory: no API call)."""
+        side = self.agent.kube
+        if side is None:
+            raise NotReady("NetworkPolicy is off on this node: no Kubernetes API configured")
+        return side.controller.explain(namespace, name)
+
     def last_reconcile(self) -> dict[str, Any]:
         return {**self.agent.report.to_json(), "lastRepair": self.agent.repair_report or None}
 

@@ -295,7 +295,7 @@ def _host_prefix(ip: str) -> str:
     return f"{address}/{address.max_prefixlen}"
 
 
-def _route_deleter(links: Session, dst: str, oif: int, gateway: str | None) -> Deleter:
+def _route_deleter(links: Session, dst: str, oif: int | None, gateway: str | None) -> Deleter:
     # The kernel deletes only a route of the scope asked for (default: universe).
     return partial(links.delete_route, dst, oif, gateway, RTPROT_MESH,
                    scope=None if gateway else RT_SCOPE_LINK)

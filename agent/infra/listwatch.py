@@ -26,7 +26,7 @@ Revisions are never compared here (a handler that knows its source's revisions a
 compare `Relist.previous` with `Relist.revision`: the mesh controller takes etcd's revision
 going back for a wiped etcd).
 
-Kubernetes (the reflector to come) plugs in as one source per resource, with no change here:
+Kubernetes (the reflector, agent/kube) plugs in as one source per resource, with no change here:
 `listing()` is the LIST (items by namespace/name, revision = the list's
 `metadata.resourceVersion`); `watch(after)` starts a GET with `watch=1`, `resourceVersion=after`,
 `allowWatchBookmarks=true` and a `timeoutSeconds`, and a thread reading its chunks feeds a

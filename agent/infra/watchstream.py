@@ -13,8 +13,8 @@ source; `resume` says whether watching again from the last revision is enough), 
 watch (etcd's; a thread reading a Kubernetes watch). Revisions are opaque to the consumer: only
 passed back to `watch`.
 
-The sources: the node registry in etcd (agent/state/registry); the Kubernetes reflector's, to
-come (agent/infra/listwatch says how they map).
+The sources: the node registry in etcd (agent/state/registry); one per kind of the Kubernetes
+reflector (agent/kube/source; agent/infra/listwatch says how they map).
 """
 
 from __future__ import annotations

@@ -61,6 +61,11 @@ def add_steps(m: Parts, req: CniRequest, netns: PodNetns) -> PodRecord:
         pod = record.network()
         wiring = _phase(m, "wire", lambda: m.dataplane.attach(pod, undo, netns))
         gateway_mac = wiring.gateway_mac
+        if m.policy is not None:  # before the pod has an address: isolated from its 1st packet
+            policy = m.policy
+            wired = asdict(Wiring(wiring.host_ifname, "", gateway_mac, wiring.extra))
+            _phase(m, "policy", lambda: policy.admit(record, wired))
+            undo.push("remove the pod's NetworkPolicy rules", lambda: policy.release(req.key))
         pod_mac = _phase(m, "podside", lambda: m.pod_side.configure(pod, gateway_mac, netns))
         written = copy.deepcopy(record)
         record.wiring = asdict(

@@ -39,6 +39,14 @@ class PodSide(Protocol):
     def check(self, pod: PodNetwork, gateway_mac: str, pod_mac: str) -> list[str]: ...
 
 
+class PolicyHook(Protocol):
+    """NetworkPolicy's part in the lifecycle (agent/netpol's controller in production): an ADD's
+    rules before its pod side is configured, their removal by a DEL or the ADD's undo."""
+
+    def admit(self, record: PodRecord, wiring: dict[str, Any] | None = None) -> None: ...
+    def release(self, key: PodKey) -> None: ...
+
+
 @dataclass
 class Parts:
     """The collaborators of one node's lifecycle."""
@@ -53,6 +61,7 @@ class Parts:
     journal: DeleteJournal | None
     known: KnownRecords
     locks: KeyedLocks
+    policy: PolicyHook | None = None  # None: NetworkPolicy off (no Kubernetes API)
 
 
 T = TypeVar("T")

@@ -7,6 +7,7 @@ when a step fails the stack unwinds, so a failed ADD leaves no interface, route,
     2. record       record + allocation keys in etcd   (undo: delete both, one transaction;
                     etcd not answering: journaled like a DEL, addresses kept until settled)
     3. wire         dataplane host side + pod interface (undo: the driver's own steps)
+       policy       the pod's NetworkPolicy rules, with the API configured (undo: removed)
     4. podside      addresses, neighbor, routes in the pod netns (removed with the interface)
     5. commit       record marked ready with its wiring
 
@@ -39,7 +40,7 @@ from agent.lifecycle.add_steps import add_steps, netns_matches
 from agent.lifecycle.checks import CheckFailed as CheckFailed
 from agent.lifecycle.checks import Checks
 from agent.lifecycle.locks import KeyedLocks
-from agent.lifecycle.parts import Part, Parts, PodSide, PodStore
+from agent.lifecycle.parts import Part, Parts, PodSide, PodStore, PolicyHook
 from agent.lifecycle.pools import Pools
 from agent.linux import pod_netns
 from agent.linux.netns import PodNetns
@@ -84,9 +85,10 @@ class PodManager:
         pod_side: PodSide = pod_netns,
         journal: DeleteJournal | None = None,
         records_dir: str | Path | None = None,
+        policy: PolicyHook | None = None,
     ) -> None:
         self.parts = Parts(node_id, store, dataplane, pools, mtu, metrics or Metrics(), pod_side,
-                           journal, KnownRecords(records_dir), KeyedLocks())
+                           journal, KnownRecords(records_dir), KeyedLocks(), policy)
         self.checks = Checks(self.parts)
         self._drainer: SupervisedLoop | None = None
         self._refusing = ""
@@ -252,6 +254,8 @@ class PodManager:
         else:
             wiring = Wiring(**record.wiring) if record.wiring else None
             self.dataplane.detach(record.network(), wiring)
+        if self.parts.policy is not None:  # after the pod is cut off, before its IPs go back
+            self.parts.policy.release(key)
 
     def _journal(self, key: PodKey, record: PodRecord | None,
                  unreachable: TryAgainLater) -> None:

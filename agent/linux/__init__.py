@@ -11,8 +11,11 @@
                   side), behind methods named by what they do
     pod_netns.py  inside a pod's namespace: addresses, gateway neighbor, routes, MTU
     ethtool.py    offload features of a device
-    hostnat/      the agent's own nftables table (egress NAT, the VPP Service return path)
+    nft.py        libnftables through ctypes: one JSON document, one transaction
+    hostnat/      NAT in the agent's own nftables table (egress, the VPP Service return path)
+    nftpolicy/    NetworkPolicy in the same table: per-pod chains, verdict maps, conntrack
 
-Imports model and infra only: it knows nothing of pods' lifecycles, etcd or VPP. No other wing
-imports pyroute2 (a contract in pyproject.toml): they call the functions here.
+Imports model and infra (and the pure `policy` compiler's types, for nftpolicy/) only: it knows
+nothing of pods' lifecycles, etcd or VPP. No other wing imports pyroute2 (a contract in
+pyproject.toml): they call the functions here.
 """

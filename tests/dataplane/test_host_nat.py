@@ -5,8 +5,11 @@ Plan:
   subnets: TCP (1 MiB, checked end to end) and UDP, IPv4 and IPv6; the outside host sees the
   node's address. Without the NAT the same connection gets no answer (so the test can fail);
 - NatExcludedCIDRs: a destination listed there is not translated;
-- the table is replaced whole on every apply (no duplicate rules), removed by remove(), and
-  another program's table in the same namespace is never touched.
+- NAT's objects are replaced whole on every apply (no duplicate rules), the table is removed by
+  remove(), and another program's table in the same namespace is never touched;
+- NAT and the NetworkPolicy renderer share the table: a NAT re-apply (and NAT switched off)
+  keeps the policy's chains, maps and counters with their counts, a policy apply or removal
+  keeps NAT's chain and sets.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import pytest
 
 from agent.dataplane.kernel import KernelDataplane
 from agent.linux import hostnat
+from agent.linux.nftpolicy import NftPolicy, PodRules
+from policy import DirectionRules, PodKey, PodPolicy
 from testbed.netns import named_netns, run_in, unique
 from testbed.pods import Subnets, wire
 from testbed.traffic import Server, tcp_transfer, udp_exchange
@@ -112,4 +117,37 @@ def test_a_plan_without_translation_removes_the_table(node_ns: str, subnets: Sub
     off = hostnat.NatPlan((subnets.v4,), (subnets.v4,), external=False,
                           service_return=False)
     hostnat.apply(off)
+    assert ruleset(node_ns) == []
+
+
+def _owners(netns: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ruleset split into the policy renderer's objects and the rest (NAT's)."""
+    objs = [o for o in ruleset(netns) if "table" not in o]
+    mine = [o for o in objs for body in o.values()
+            if str(body.get("name", body.get("chain", ""))).startswith("policy-")]
+    return mine, [o for o in objs if o not in mine]
+
+
+def test_nat_and_the_policy_each_replace_only_their_own_objects(
+        node_ns: str, subnets: Subnets) -> None:
+    pod = PodKey("t", "a")
+    isolated = PodPolicy(pod, (), DirectionRules(True), DirectionRules(True))
+    policy = NftPolicy()
+    policy.apply({pod: PodRules(isolated, (subnets.v4[5], subnets.v6[5]))})
+    hostnat.apply(plan(subnets))
+    mine, nat = _owners(node_ns)
+    assert mine and nat
+    hostnat.apply(plan(subnets, excluded=("198.51.100.0/24",)))  # NAT changes, policy stays
+    assert _owners(node_ns)[0] == mine
+    policy.apply({pod: PodRules(isolated, (subnets.v4[6],))})  # policy changes, NAT stays
+    assert _owners(node_ns)[1] != nat  # (the excluded CIDR above)
+    nat = _owners(node_ns)[1]
+    policy.remove()
+    assert _owners(node_ns) == ([], nat)
+    policy.apply({pod: PodRules(isolated, (subnets.v4[5],))})
+    mine = _owners(node_ns)[0]
+    hostnat.apply(hostnat.NatPlan((subnets.v4,), (subnets.v4,), external=False,
+                                  service_return=False))  # NAT off: its objects go, not ours
+    assert _owners(node_ns) == (mine, [])
+    policy.remove()  # the last owner leaves: the table goes
     assert ruleset(node_ns) == []

@@ -133,6 +133,22 @@ class FakeVPP:
         with self.lock:
             return dict(self.state.neighbors)
 
+    def acls(self) -> dict[int, tuple[str, list[Any]]]:
+        """{acl index: (tag, rules as vpp-papi decoded them)}."""
+        with self.lock:
+            return dict(self.state.acl.acls)
+
+    def acl_lists(self) -> dict[int, tuple[list[int], list[int]]]:
+        """{sw_if_index: (input ACLs, output ACLs)} of interfaces holding any."""
+        with self.lock:
+            return {sw: (list(i), list(o)) for sw, (i, o) in self.state.acl.lists.items()
+                    if i or o}
+
+    def acl_switches(self) -> tuple[bool, bool]:
+        """(per-rule counters on, session reclassification on)."""
+        with self.lock:
+            return self.state.acl.counters_enabled, self.state.acl.reclassify_sessions
+
     def snapshot(self) -> dict[str, Any]:
         """A comparable picture of the whole state (for "nothing changed" assertions)."""
         with self.lock:
@@ -146,4 +162,6 @@ class FakeVPP:
                 "tables": sorted(s.tables),
                 "routes": sorted((k, repr(r.paths)) for k, r in s.routes.items()),
                 "neighbors": sorted(s.neighbors.items()),
+                "acls": sorted((i, tag, repr(rules)) for i, (tag, rules) in s.acl.acls.items()),
+                "acl_lists": sorted((k, repr(v)) for k, v in s.acl.lists.items() if v[0] or v[1]),
             }

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tests.fakevpp.acl import REPLY_AS
 from tests.fakevpp.codec import FRAME, Schema
 from tests.fakevpp.handlers import Handlers
 from tests.fakevpp.state import E, VppError
@@ -170,7 +171,10 @@ def make_dispatch(
             except VppError as exc:
                 if service.get("stream"):
                     return []
-                return [(reply_name, {"context": req.context, "retval": exc.retval})]
+                reply_name = REPLY_AS.get(name, reply_name)
+                return [(reply_name, {"context": req.context, "retval": exc.retval,
+                                      **getattr(exc, "fields", {})})]
+        reply_name = REPLY_AS.get(name, reply_name)
         if service.get("stream"):
             return [(reply_name, {"context": req.context, **d}) for d in result]
         return [(reply_name, {"context": req.context, "retval": 0, **result})]

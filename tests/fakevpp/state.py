@@ -39,6 +39,12 @@ class E:
     ADDRESS_FOUND_FOR_INTERFACE = -114
     TUNNEL_EXIST = -75
     BD_ALREADY_EXISTS = -119
+    INVALID_VALUE_2 = -8
+    INVALID_SRC_ADDRESS = -57
+    INVALID_DST_ADDRESS = -58
+    ENTRY_ALREADY_EXISTS = -116
+    ACL_IN_USE_INBOUND = -142
+    ACL_IN_USE_OUTBOUND = -143
 
 
 class VppError(Exception):
@@ -99,6 +105,18 @@ class Tunnel:
     port: int
 
 
+@dataclass
+class AclState:
+    """The acl plugin's: ACLs by index (freed indexes are reused, newest freed first, as
+    VPP's pool does), each interface's (input, output) lists, the plugin's two switches."""
+
+    acls: dict[int, tuple[str, list[Any]]] = field(default_factory=dict)  # index -> (tag, rules)
+    free: list[int] = field(default_factory=list)
+    lists: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    counters_enabled: bool = False
+    reclassify_sessions: bool = False
+
+
 def random_mac() -> str:
     # VPP gives virtual interfaces locally administered 02:fe:.. addresses.
     tail = [random.randrange(256) for _ in range(4)]
@@ -118,6 +136,7 @@ class State:
         self.neighbors: dict[tuple[int, str], tuple[str, int]] = {}  # (sw_if, ip) -> (mac, flags)
         self.bridge_domains: dict[int, BridgeDomain] = {}
         self.tunnels: dict[int, Tunnel] = {}  # by sw_if_index
+        self.acl = AclState()
         self.next_index = 0
         self.add_interface("local0", "local", "00:00:00:00:00:00")
 
@@ -149,6 +168,7 @@ class State:
             if other.unnumbered_to == sw_if_index:
                 other.unnumbered_to = None
         self.tunnels.pop(sw_if_index, None)
+        self.acl.lists.pop(sw_if_index, None)  # the acl plugin unapplies them itself
         for bd in self.bridge_domains.values():
             bd.members.pop(sw_if_index, None)
             # learned entries go; static ones stay, naming the dead interface (seen on a

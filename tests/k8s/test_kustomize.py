@@ -9,7 +9,10 @@ Test plan:
   kustomize (an overlay inside its base's directory is refused there: "cycle detected") and every
   rendered document validates strictly (unknown fields are errors) for the two newest bundled
   versions;
-- the base renders exactly its three manifests (the kustomization adds and changes nothing);
+- the base renders exactly its four manifests (the kustomization adds and changes nothing);
+- RBAC, in every kustomization: the agent's ClusterRole is exactly get/list/watch on pods,
+  namespaces, nodes and networking.k8s.io networkpolicies (read-only, nothing more), bound to the
+  ServiceAccount the DaemonSet runs as, in the DaemonSet's namespace;
 - vpp: the vswitch pod runs the agent and VPP; VPP's startup config is the config map's
   vpp.conf, whose API socket is the agent's VPPAPISocket, in an emptyDir both mount (no hostPath
   left); NODE_IP still comes from the downward API; hugepages only in the hugepages overlay;
@@ -85,12 +88,39 @@ def test_rendered_kustomization_validates_strictly(tmp_path: Path, name: str,
     assert count > 0 and out.stdout.count(" passed for resource ") == count, out.stdout
 
 
-def test_base_is_the_three_manifests() -> None:
-    files = [d for name in ("configmap.yaml", "etcd.yaml", "vswitch.yaml")
+def test_base_is_the_four_manifests() -> None:
+    files = [d for name in ("configmap.yaml", "etcd.yaml", "vswitch.yaml", "rbac.yaml")
              for d in yaml.safe_load_all((BASE / name).read_text()) if d]
     rendered = render(BASE)
     assert sorted(rendered, key=identity) == sorted(files, key=identity)
-    assert {d["metadata"]["namespace"] for d in files} == {"kube-system"}
+    assert {d["metadata"]["namespace"] for d in files
+            if d["kind"] not in ("ClusterRole", "ClusterRoleBinding")} == {"kube-system"}
+
+
+READ = ["get", "list", "watch"]
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_the_agent_may_read_exactly_what_the_reflector_watches(name: str) -> None:
+    docs = render(KUSTOMIZATIONS[name])
+    role = find(docs, "ClusterRole", "vswitch-agent")
+    granted = sorted((group, resource, tuple(sorted(rule["verbs"])))
+                     for rule in role["rules"] for group in rule["apiGroups"]
+                     for resource in rule["resources"])
+    assert granted == [("", "namespaces", tuple(READ)), ("", "nodes", tuple(READ)),
+                       ("", "pods", tuple(READ)),
+                       ("networking.k8s.io", "networkpolicies", tuple(READ))]
+    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"])
+    assert [d for d in docs if d["kind"] in ("Role", "RoleBinding")] == []
+    (binding,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": "vswitch-agent"}
+    ds = find(docs, "DaemonSet", "vswitch-agent")
+    account = ds["spec"]["template"]["spec"]["serviceAccountName"]
+    namespace = ds["metadata"]["namespace"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": namespace}]
+    assert find(docs, "ServiceAccount", account)["metadata"]["namespace"] == namespace
 
 
 def test_vpp_overlay_puts_vpp_in_the_vswitch_pod() -> None:

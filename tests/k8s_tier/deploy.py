@@ -6,7 +6,7 @@ by the same kustomize the manifest tests use (tests/k8s/kustomize: Debian's, fro
 not the cluster's kubectl), and changed only where the node differs from the defaults they ship
 with, each change named here:
 - the agent's `agent.yaml`: `Dataplane` (and, for VPP, `UseTAPInterfaces: false` and the API
-  socket's file name);
+  socket's file name), and `NodeRemovalGrace` short enough for a test to wait it out;
 - the DaemonSet's `/run/vpp` hostPath: the directory of the VPP socket the tier was given; when
   that path holds `{node}` (one VPP per node, e.g. `/run/vpp-nodes/{node}/api.sock`), the
   hostPath is the part before it and the agent's mount takes the node's own subdirectory
@@ -38,6 +38,7 @@ REPLICAS = 4
 PORT = 8080
 UDP_PORT = 8081
 NODE_PLACEHOLDER = "{node}"
+NODE_REMOVAL_GRACE = 20  # seconds (the shipped default: 300)
 # Labels the tier puts on pods after they run: the node they run on (its index in the tier's
 # node list, "1" or "2"), and one pod per node as the backend of that node's hairpin Service.
 NODE_LABEL = "tier-node"
@@ -82,6 +83,7 @@ def _vpp_volume(pod: Doc, vpp_socket: str) -> None:
 def _agent_config(text: str, dataplane: str, vpp_socket: str) -> str:
     config: dict[str, Any] = yaml.safe_load(text)
     config["Dataplane"] = dataplane
+    config["NodeRemovalGrace"] = NODE_REMOVAL_GRACE
     if dataplane == "vpp":
         config["UseTAPInterfaces"] = False
         config["VPPAPISocket"] = f"/run/vpp/{os.path.basename(vpp_socket)}"
@@ -101,7 +103,8 @@ def workload(image: str, nodes: list[str]) -> list[Doc]:
     container = {
         "name": "netexec", "image": image,
         "args": ["netexec", f"--http-port={PORT}", f"--udp-port={UDP_PORT}"],
-        "ports": [{"containerPort": PORT}, {"containerPort": UDP_PORT, "protocol": "UDP"}],
+        "ports": [{"containerPort": PORT, "name": "http"},
+                  {"containerPort": UDP_PORT, "protocol": "UDP", "name": "udp"}],
         "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
     }
     placement = {

@@ -23,10 +23,9 @@ VSWITCH_TEST_K8S_NODE2_NETNS names the second (the checks marked "two nodes" ski
 - addresses: each agent's REST lists its pods' addresses while they run and none after the pods
   are deleted (the Deployment scaled to zero);
 - two nodes, last: the second node drained (its pods come back on the first and answer) and its
-  Node deleted. The agent does not read the Kubernetes API yet: the node's ID and subnet stay
-  taken in the registry (checked, as the behaviour of today); `vswitch-agent node remove`, once
-  the node's agent is gone, frees them and the first node drops its mesh to it. The Node is
-  created again afterwards and the agent returns to it.
+  Node deleted: once its agent is gone and NodeRemovalGrace has passed, the agents free its ID
+  and subnet by themselves (they read Nodes from the API) and the first node drops its mesh to
+  it. The Node is created again afterwards and the agent returns to it.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from typing import Any
 import pytest
 
 from testbed.traffic import Server
+from tests.k8s_tier import deploy
 from tests.k8s_tier.conftest import KUBECONFIG, NEEDS_TWO_NODES
 from tests.k8s_tier.deploy import APP, NAMESPACE, PORT, REPLICAS
 from tests.k8s_tier.flows import Flows
@@ -270,16 +270,12 @@ def test_a_drained_and_deleted_node(tier: Tier) -> None:
         # Its pods go with it (the pod GC), the agent too: its liveness key lapses.
         wait_for(f"the agent on {second.name} to stop", lambda: _down(kube, first, second),
                  180)
-        # The agent does not read the Kubernetes API (no node lifecycle yet): the Node's
-        # deletion frees nothing; the node keeps its ID and pod subnet in the registry.
-        kept = _registry(first)[second.name]
-        assert (kept["id"], kept["podSubnets"]) == (entry["id"], entry["podSubnets"])
-        # The operator's `node remove` frees them, and the first node drops its mesh to it.
-        out = kube.exec("kube-system", _agent_on(kube, first),
-                        f"vswitch-agent --config {AGENT_CONFIG} node remove {second.name}")
-        assert f"removed node {second.name}" in out, out
-        wait_for("the first node's mesh to forget the second",
-                 lambda: second.name not in _registry(first), 60)
+        # The agents read Nodes from the API: with the Node gone for NodeRemovalGrace
+        # (deploy.NODE_REMOVAL_GRACE), no pod bound to it and its agent down, the node leaves
+        # the cluster by itself (agent/cluster/node_gc): ID and subnet freed, the first node
+        # drops its mesh to it. No operator's `node remove`.
+        wait_for("the first node's agent to free the deleted node",
+                 lambda: second.name not in _registry(first), deploy.NODE_REMOVAL_GRACE + 90)
         ids = kube.exec("kube-system", _agent_on(kube, first),
                         f"python3 -m agent.nodes list --config {AGENT_CONFIG}")
         assert second.name not in ids.split(), ids

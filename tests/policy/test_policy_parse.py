@@ -49,6 +49,13 @@ def test_defaults() -> None:
     assert _types(policy_from_k8s({"metadata": {"namespace": "ns", "name": "p"}})) == {"Ingress"}
 
 
+def test_ipv4_with_leading_zeros_as_the_api_server_reads_it() -> None:
+    got = policy_from_k8s(_block("010.0.0.0/8", "010.001.0.0/16"))
+    block = got.ingress[0].peers[0].ip_block
+    assert block is not None
+    assert (str(block.cidr), [str(e) for e in block.excepts]) == ("10.0.0.0/8", ["10.1.0.0/16"])
+
+
 def _types(policy: NetworkPolicy) -> set[str]:
     return set(policy.policy_types or ())
 
@@ -152,6 +159,9 @@ def test_pods() -> None:
     for phase in ("Succeeded", "Failed"):
         assert pod_from_k8s(_pod(status={"podIP": "10.0.0.1", "phase": phase})).ips == ()
     assert pod_from_k8s(_pod(spec={"hostNetwork": True})).host_network
+    # the API server reads IPv4 octets with leading zeros as decimal (Go's old parser): so here
+    assert pod_from_k8s(_pod(status={"podIP": "010.001.0.7"})).ips == \
+        (ipaddress.ip_address("10.1.0.7"),)
     assert pod_from_k8s(_pod()).ips == ()
 
 

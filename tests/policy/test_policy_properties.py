@@ -27,7 +27,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policy import Compiled, Pod, compile_policies, namespace_from_k8s, pod_from_k8s
+from policy import Compiled, Pod, PodKey, compile_policies, namespace_from_k8s, pod_from_k8s
 from policy import policy_from_k8s as parse_policy
 from policy.rules import Rule, ports_subset
 from tests.policy.reference import Conn, Reference, compiled_allows
@@ -39,13 +39,13 @@ DIRECTIONS = ("Ingress", "Egress")
 
 
 def _compile(spec: ClusterSpec, policies: list[Any] | None = None, sctp: bool | None = None,
-             node: str | None = None) -> Compiled:
+             node: str | None = None, only: set[PodKey] | None = None) -> Compiled:
     return compile_policies([pod_from_k8s(p) for p in spec.pods],
                             [namespace_from_k8s(n) for n in spec.namespaces],
                             [parse_policy(p) for p in (spec.policies if policies is None
                                                        else policies)],
                             sctp=spec.sctp if sctp is None else sctp,
-                            node_addresses=NODES, node=node)
+                            node_addresses=NODES, node=node, only=only)
 
 
 def _verdicts(spec: ClusterSpec, compiled: Compiled) -> dict[tuple[str, str, Conn], bool]:
@@ -175,6 +175,8 @@ def test_the_result_is_canonical(spec: ClusterSpec, rng: random.Random) -> None:
         assert mine.pods == {k: v for k, v in compiled.pods.items()
                              if _pod(spec, k.name).node == node}
         assert mine.warnings == compiled.warnings
+    for one in list(compiled.pods)[:3]:  # an ADD compiles its one pod: the same rules
+        assert _compile(spec, only={one}).pods == {one: compiled.pods[one]}
     for pod in compiled.pods.values():
         assert pod.node_addresses == tuple(NODES[_pod(spec, pod.pod.name).node])
         for rules in (pod.ingress, pod.egress):

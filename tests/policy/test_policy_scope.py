@@ -4,7 +4,8 @@ Test plan:
 - the node's addresses travel with each of its pods (both directions are the renderer's);
 - a host-network pod is neither compiled nor a peer; a Succeeded pod's address is nobody's; a
   pod without an address yet still gets its rules (an ADD needs them first);
-- `node=` compiles only that node's pods, with peers from the whole cluster;
+- `node=` compiles only that node's pods, `only=` only the pods it names, with peers from the
+  whole cluster either way;
 - two policies allowing the same ports merge into one rule naming both; equal peers merge their
   ports; a rule whose traffic another allows entirely disappears into it (its policy named
   there); an allow-all rule swallows the rest;
@@ -69,6 +70,15 @@ def test_one_nodes_pods_with_peers_from_everywhere() -> None:
     assert list(mine.pods) == [key("x")]
     assert mine.pods[key("x")] == everything.pods[key("x")]
     assert mine.pods[key("x")].ingress.rules[0].peers == nets("10.0.0.2/32")
+
+
+def test_only_the_named_pods_with_peers_from_everywhere() -> None:
+    pods = [pod("a", "x", "10.0.0.1", node="n1"), pod("a", "y", "10.0.0.3", node="n1"),
+            pod("a", "web", "10.0.0.2", {"app": "web"}, node="n2")]
+    everything = compile_(pods, [policy("a", "p", ingress=[FROM_WEB])])
+    one = compile_(pods, [policy("a", "p", ingress=[FROM_WEB])], only={key("y")})
+    assert one.pods == {key("y"): everything.pods[key("y")]}
+    assert compile_(pods, [policy("a", "p")], node="n2", only={key("y")}).pods == {}
 
 
 def test_equal_ports_merge_and_name_both_policies() -> None:

@@ -33,6 +33,29 @@ def documented() -> dict[str, tuple[str, set[str]]]:
     return {name: (kind, set(re.findall(r"`(\w+)`", labels))) for name, kind, labels in rows}
 
 
+API_SERIES = ("vswitch_cni_vpp_", "vswitch_cni_policy_", "vswitch_cni_kube_")
+
+
+def assert_documented(families: set[str], docs: dict[str, tuple[str, set[str]]]) -> None:
+    """Every vswitch_cni_* family scraped is in the table."""
+    undocumented = {f for f in families if f.startswith("vswitch_cni_")} - {
+        n.removesuffix("_total") for n in docs} - set(docs)
+    assert undocumented == set()
+
+
+def check_series(samples: dict[str, list[Sample]], types: dict[str, str],
+                 docs: dict[str, tuple[str, set[str]]], wanted: Callable[[str], bool]) -> None:
+    """The documented series `wanted` picks are scraped, of their type, with their labels."""
+    for name, (kind, labels) in docs.items():
+        if not wanted(name):
+            continue
+        family = name.removesuffix("_total") if kind == "counter" else name
+        assert types.get(family) == kind, (name, types.get(family))
+        series = samples.get(name) or samples.get(f"{name}_count") or []
+        assert series, f"{name} documented but not scraped"
+        assert all(set(s.labels) == labels for s in series), (name, labels)
+
+
 def scrape(agent: AgentHandle) -> tuple[str, dict[str, list[Sample]], dict[str, str]]:
     status, text = agent.get("/metrics")
     assert status == 200
@@ -95,17 +118,10 @@ def test_metrics_after_add_and_del(tmp_path: Path, etcd_endpoints: list[str],
     docs = documented()
     assert len(docs) >= 19
     families = {re.sub(r"_(total|bucket|sum|count|created)$", "", n) for n in samples}
-    for name, (kind, labels) in docs.items():
-        if name.startswith("vswitch_cni_vpp_"):  # a VPP agent's (tests/vpp checks them)
-            continue
-        family = name.removesuffix("_total") if kind == "counter" else name
-        assert types.get(family) == kind, (name, types.get(family))
-        series = samples.get(name) or samples.get(f"{name}_count") or []
-        assert series, f"{name} documented but not scraped"
-        assert all(set(s.labels) == labels for s in series), (name, labels)
-    undocumented = {f for f in families if f.startswith("vswitch_cni_")} - {
-        n.removesuffix("_total") for n in docs} - set(docs)
-    assert undocumented == set()
+    # not the series of a VPP agent (tests/vpp checks them), nor those of an agent with a
+    # Kubernetes API (tests/kube/test_policy_agent)
+    check_series(samples, types, docs, lambda name: not name.startswith(API_SERIES))
+    assert_documented(families, docs)
 
     seen = agent_metrics.parse(text)
     assert seen[(agent_metrics.REQUESTS, "ADD")].count == 3

@@ -43,6 +43,7 @@ class Source:
     fail: Exception | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     nodes: dict[str, Any] | None = None
+    policy_on: bool = True
 
     def allocations(self) -> Mapping[str, Mapping[str, Any]]:
         if self.fail is not None:
@@ -80,6 +81,13 @@ class Source:
             return None
         return {"containerId": container_id, "ifname": ifname, "ok": False,
                 "problems": ["netns /run/netns/x is gone"], "record": {"container_id": "c1"}}
+
+    def pod_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if not self.policy_on:
+            raise NotReady("NetworkPolicy is off on this node: no Kubernetes API configured")
+        if (namespace, name) != ("web", "db-0"):
+            return None
+        return {"pod": "web/db-0", "attachments": [{"ingress": {"isolated": True, "rules": []}}]}
 
     def mesh_nodes(self) -> dict[str, Any]:
         if self.nodes is None:
@@ -230,12 +238,13 @@ def test_documented_paths_match_the_routes() -> None:
     with open(os.path.join(_DOCS, "openapi.yaml"), encoding="utf-8") as f:
         spec = yaml.safe_load(f)
     assert spec["openapi"].startswith("3.")
-    assert set(spec["paths"]) == {*ROUTES, "/v1/pods/{containerId}/check"}
+    assert set(spec["paths"]) == {*ROUTES, "/v1/pods/{containerId}/check",
+                                  "/v1/policy/{namespace}/{name}"}
     for path, item in spec["paths"].items():
         assert set(item) == {"get"}, path
     with open(os.path.join(_DOCS, "rest-api.md"), encoding="utf-8") as f:
         text = f.read()
-    for path in [*ROUTES, "/v1/pods/<container ID>/check"]:
+    for path in [*ROUTES, "/v1/pods/<container ID>/check", "/v1/policy/<namespace>/<pod>"]:
         assert f"GET {path}" in text
 
 
@@ -308,3 +317,12 @@ def test_pod_check_unknown_attachment_or_parameter(server: RestServer) -> None:
     assert status == 400 and "verbose" in json.loads(body)["error"]
     status, _, _ = request(server, "/v1/pods/c1/check", method="POST")
     assert status == 405
+
+
+def test_pod_policy_shown_404_for_none_503_when_off(source: Source, server: RestServer) -> None:
+    shown = get_json(server, "/v1/policy/web/db-0")
+    assert shown["pod"] == "web/db-0" and shown["attachments"][0]["ingress"]["isolated"]
+    assert "web/other" in get_json(server, "/v1/policy/web/other", 404)["error"]
+    assert "verbose" in get_json(server, "/v1/policy/web/db-0?verbose=1", 400)["error"]
+    source.policy_on = False
+    assert "NetworkPolicy is off" in get_json(server, "/v1/policy/web/db-0", 503)["error"]

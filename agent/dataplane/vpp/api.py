@@ -40,6 +40,8 @@ RETVALS: dict[int, str] = {
     -12: "system call error #2",
     -13: "system call error #3",
     -54: "no matching interface",
+    -57: "invalid src address",
+    -58: "invalid dst address",
     -60: "address not found for interface",
     -63: "no such graph node",
     -65: "no such table",
@@ -51,7 +53,10 @@ RETVALS: dict[int, str] = {
     -114: "address found for interface",
     -116: "entry already exists",
     -127: "address already present on another interface",
+    -142: "inbound ACL in use",
+    -143: "outbound ACL in use",
     -145: "netlink error",
+    -149: "ACL in use by a lookup context",
 }
 NO_SUCH_ENTRY = -6
 

@@ -1,5 +1,9 @@
 """A minimal binding of libnftables (the library behind the `nft` tool), through ctypes.
 
+Shared by the two owners of objects in the agent's table `inet vswitch-cni`: the NAT
+(`hostnat/`) and the NetworkPolicy renderer (`nftpolicy/`). Each replaces only its own objects;
+`table_lock` serializes the owners' read-then-write sequences in this process.
+
 The agent hands nftables whole JSON documents (`nft -j` syntax) in one call; libnftables applies
 each document as one transaction, so a rule set is replaced atomically and a failure changes
 nothing. In-process, so no command line is ever built and no `nft` process is spawned; the
@@ -17,6 +21,11 @@ from typing import Any
 NFT_CTX_DEFAULT = 0
 NFT_CTX_OUTPUT_JSON = 1 << 4
 LIBRARY = "libnftables.so.1"
+
+
+# Held around every change of the shared table whose content depends on a read of it (which of
+# one owner's objects exist), so that the other owner's transaction cannot slip in between.
+table_lock = threading.RLock()
 
 
 class NftError(Exception):

@@ -1,0 +1,335 @@
+"""Compiled NetworkPolicy -> nftables JSON commands: pure, no I/O (the unit tests run it as is).
+
+The objects, all named `policy-...` in the agent's table (NAT's objects have other names):
+
+    chain policy-forward   type filter hook forward priority filter; policy accept
+        ct state established,related accept
+        ct state new, TCP without a lone SYN, from or to a policed pod: drop
+        ip saddr vmap @policy-egress4      ip6 saddr vmap @policy-egress6
+        ip daddr vmap @policy-ingress4     ip6 daddr vmap @policy-ingress6
+    map policy-{egress,ingress}{4,6}   pod address : jump policy-pod-<id>-{out,in}
+    set policy-pods{4,6}               the addresses of the pods with an isolated direction
+    chain policy-pod-<id>-in|out       one per isolated direction of a pod:
+        peer in node addresses + the pod's own: return
+        per compiled Rule, per IP version, per protocol: peers, ports, counters: return
+        counter policy-drop-<id>-<dir>; drop
+    counter policy-allow-<id>-<dir>-<policy id>   per pod, direction and allowing policy
+
+`return` and never `accept` in a pod chain: the base chain then goes on to the other end's
+check, so a packet from pod A to pod B of this node passes A's egress and B's ingress. The
+chains are matched by address, not interface, so the same rules judge Service traffic after
+kube-proxy's DNAT (forward hook: after it, before masquerade). The no-SYN rule: a connection
+whose conntrack entry a change deleted must not be picked up again mid-stream in the other
+orientation (the server's next segment as a "new" connection its own side allows).
+
+Counters are per policy, not per rule, and never deleted while their (pod, direction, policy)
+stands: `add counter` keeps a counter's value, so a change leaves the counts of what it keeps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from policy import PodKey, PodPolicy, Rule
+from policy.model import IPAddress, IPNetwork
+
+Cmd = dict[str, Any]
+Expr = list[dict[str, Any]]
+Dir = Literal["ingress", "egress"]
+DIRECTIONS: tuple[Dir, ...] = ("ingress", "egress")
+VERSIONS = (4, 6)
+PREFIX = "policy-"
+BASE = "policy-forward"
+_SHORT = {"ingress": "in", "egress": "out"}
+# ingress matches the packet's source (the peer), egress its destination
+_PEER_FIELD = {"ingress": "saddr", "egress": "daddr"}
+_POD_FIELD = {"ingress": "daddr", "egress": "saddr"}
+COMMENT_MAX = 128  # nftables' limit on a comment
+
+
+@dataclass(frozen=True)
+class PodRules:
+    """What a pod gets: its compiled policy and its own addresses (which the spec exempts)."""
+
+    policy: PodPolicy
+    addresses: tuple[IPAddress, ...]
+
+
+@dataclass
+class Rendered:
+    """A set of pods' objects, by name (the unit of diffing)."""
+
+    chains: dict[str, list[Expr]] = field(default_factory=dict)
+    counters: dict[str, str] = field(default_factory=dict)  # name -> comment
+    elements: dict[tuple[str, IPAddress], str] = field(default_factory=dict)  # (map, a) -> chain
+    policed: set[IPAddress] = field(default_factory=set)
+
+
+def _id(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def pod_id(key: PodKey) -> str:
+    """Names must stay short (nftables caps them) and a pod key may not: a hash of it."""
+    return _id(f"{key.namespace}/{key.name}", 16)
+
+
+def chain_name(key: PodKey, direction: Dir) -> str:
+    return f"{PREFIX}pod-{pod_id(key)}-{_SHORT[direction]}"
+
+
+def allow_counter(key: PodKey, direction: Dir, policy: str) -> str:
+    return f"{PREFIX}allow-{pod_id(key)}-{_SHORT[direction]}-{_id(policy, 12)}"
+
+
+def drop_counter(key: PodKey, direction: Dir) -> str:
+    return f"{PREFIX}drop-{pod_id(key)}-{_SHORT[direction]}"
+
+
+def owned_by(key: PodKey, name: str) -> bool:
+    """Is this chain or counter one of the pod's?"""
+    tag = pod_id(key)
+    return name.startswith((f"{PREFIX}pod-{tag}-", f"{PREFIX}allow-{tag}-",
+                            f"{PREFIX}drop-{tag}-"))
+
+
+def map_name(direction: Dir, version: int) -> str:
+    return f"{PREFIX}{direction}{version}"
+
+
+def set_name(version: int) -> str:
+    return f"{PREFIX}pods{version}"
+
+
+def _proto(version: int) -> str:
+    return "ip" if version == 4 else "ip6"
+
+
+def _addr_type(version: int) -> str:
+    return "ipv4_addr" if version == 4 else "ipv6_addr"
+
+
+def _elem(net: IPNetwork) -> object:
+    if net.prefixlen == net.max_prefixlen:
+        return str(net.network_address)
+    return {"prefix": {"addr": str(net.network_address), "len": net.prefixlen}}
+
+
+def _match(left: dict[str, Any], right: object, op: str = "==") -> dict[str, Any]:
+    return {"match": {"op": op, "left": left, "right": right}}
+
+
+def _payload(protocol: str, name: str) -> dict[str, Any]:
+    return {"payload": {"protocol": protocol, "field": name}}
+
+
+def _ports(rule: Rule) -> list[Expr]:
+    """The port matches of a rule, one per protocol ([[]]: all traffic)."""
+    if rule.ports is None:
+        return [[]]
+    by_proto: dict[str, list[object]] = {}
+    for r in rule.ports:
+        proto = r.protocol.lower()
+        if (r.first, r.last) == (0, 65535):
+            by_proto[proto] = []  # every port: the protocol alone
+        elif by_proto.get(proto, [None]) != []:
+            by_proto.setdefault(proto, []).append(
+                r.first if r.first == r.last else {"range": [r.first, r.last]})
+    out: list[Expr] = []
+    for proto, ports in by_proto.items():
+        if not ports:
+            out.append([_match({"meta": {"key": "l4proto"}}, proto)])
+        else:
+            out.append([_match(_payload(proto, "dport"), {"set": ports})])
+    return out
+
+
+def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> None:
+    spec = getattr(rules.policy, direction)
+    peer = _PEER_FIELD[direction]
+    body: list[Expr] = []
+    exempt = {*rules.policy.node_addresses, *rules.addresses}
+    for version in VERSIONS:
+        mine = sorted(str(a) for a in exempt if a.version == version)
+        if mine:
+            body.append([_match(_payload(_proto(version), peer), {"set": mine}),
+                         {"return": None}])
+    for rule in spec.rules:
+        names = [allow_counter(key, direction, p) for p in rule.policies]
+        for name, policy in zip(names, rule.policies, strict=True):
+            out.counters[name] = f"{policy} allows {key} {direction}"[:COMMENT_MAX]
+        for version in VERSIONS:
+            peers = [_elem(n) for n in rule.peers if n.version == version]
+            if not peers:
+                continue
+            for ports in _ports(rule):
+                body.append([_match(_payload(_proto(version), peer), {"set": peers}), *ports,
+                             *({"counter": n} for n in names), {"return": None}])
+    drop = drop_counter(key, direction)
+    out.counters[drop] = f"{key} {direction}: isolated, nothing allowed it"[:COMMENT_MAX]
+    body.append([{"counter": drop}, {"drop": None}])
+    chain = chain_name(key, direction)
+    out.chains[chain] = body
+    for address in rules.addresses:
+        out.elements[(map_name(direction, address.version), address)] = chain
+        out.policed.add(address)
+
+
+def render(desired: Mapping[PodKey, PodRules]) -> Rendered:
+    """The objects of every pod in `desired`: a chain per isolated direction, its counters,
+    the map elements that send the pod's addresses there."""
+    out = Rendered()
+    for key, rules in sorted(desired.items()):
+        for direction in DIRECTIONS:
+            if getattr(rules.policy, direction).isolated:
+                _pod_chain(key, rules, direction, out)
+    return out
+
+
+# --- transactions ----------------------------------------------------------------------------
+
+def _obj(table: str, name: str, **extra: Any) -> dict[str, Any]:
+    return {"family": "inet", "table": table, "name": name, **extra}
+
+
+def _base_chain(table: str) -> dict[str, Any]:
+    return _obj(table, BASE, type="filter", hook="forward", prio=0, policy="accept")
+
+
+def _containers(table: str) -> list[tuple[str, dict[str, Any]]]:
+    """The maps and sets of the base chain, as (kind, body) for add / flush."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for version in VERSIONS:
+        for direction in DIRECTIONS:
+            out.append(("map", _obj(table, map_name(direction, version),
+                                    type=_addr_type(version), map="verdict")))
+        out.append(("set", _obj(table, set_name(version), type=_addr_type(version))))
+    return out
+
+
+def _base_rules(table: str) -> list[Cmd]:
+    def rule(expr: Expr) -> Cmd:
+        return {"add": {"rule": {"family": "inet", "table": table, "chain": BASE, "expr": expr}}}
+
+    new = _match({"ct": {"key": "state"}}, "new", "in")
+    no_syn = _match({"&": [_payload("tcp", "flags"), ["fin", "syn", "rst", "ack"]]}, "syn", "!=")
+    cmds = [rule([_match({"ct": {"key": "state"}}, ["established", "related"], "in"),
+                  {"accept": None}])]
+    for version in VERSIONS:
+        for end in ("saddr", "daddr"):
+            cmds.append(rule([new, no_syn, _match(_payload(_proto(version), end),
+                                                  f"@{set_name(version)}"), {"drop": None}]))
+    for direction in ("egress", "ingress"):  # the source's egress first, then the destination
+        for version in VERSIONS:
+            key = _payload(_proto(version), _POD_FIELD[direction])
+            cmds.append(rule([{"vmap": {"key": key, "data": f"@{map_name(direction, version)}"}}]))
+    return cmds
+
+
+def base(table: str) -> list[Cmd]:
+    """Creates what is missing of the table and the base objects, and rewrites the base chain's
+    rules (flush + add in the same transaction: no packet sees it empty)."""
+    cmds: list[Cmd] = [{"add": {"table": {"family": "inet", "name": table}}},
+                       {"add": {"chain": _base_chain(table)}}]
+    cmds += [{"add": {kind: body}} for kind, body in _containers(table)]
+    cmds.append({"flush": {"chain": _base_chain(table)}})
+    return cmds + _base_rules(table)
+
+
+def _chain_cmds(table: str, name: str, body: list[Expr]) -> list[Cmd]:
+    chain = _obj(table, name)
+    cmds: list[Cmd] = [{"add": {"chain": chain}}, {"flush": {"chain": chain}}]
+    for expr in body:
+        cmds.append({"add": {"rule": {"family": "inet", "table": table, "chain": name,
+                                      "expr": expr}}})
+    return cmds
+
+
+def _element_cmds(op: str, table: str, elements: Iterable[tuple[tuple[str, IPAddress], str]],
+                  policed: Iterable[IPAddress]) -> list[Cmd]:
+    by_map: dict[str, list[object]] = {}
+    for (mapname, address), chain in sorted(elements, key=lambda e: (e[0][0], str(e[0][1]))):
+        elem: object = str(address) if op == "delete" else \
+            [str(address), {"jump": {"target": chain}}]
+        by_map.setdefault(mapname, []).append(elem)
+    by_set: dict[str, list[object]] = {}
+    for address in sorted(policed, key=str):
+        by_set.setdefault(set_name(address.version), []).append(str(address))
+    return [{op: {"element": _obj(table, name, elem=elems)}}
+            for name, elems in (*sorted(by_map.items()), *sorted(by_set.items()))]
+
+
+@dataclass
+class Installed:
+    """The policy's objects in the kernel, by name (what a transaction must replace)."""
+
+    chains: set[str] = field(default_factory=set)
+    counters: set[str] = field(default_factory=set)
+    elements: dict[tuple[str, IPAddress], str] = field(default_factory=dict)
+    policed: set[IPAddress] = field(default_factory=set)
+
+
+def installed(new: Rendered) -> Installed:
+    return Installed(set(new.chains), set(new.counters), dict(new.elements), set(new.policed))
+
+
+def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
+    """One transaction that makes the policy's objects exactly `new` (then `installed(new)`),
+    whatever `now` holds."""
+    cmds = base(table)
+    cmds += [{"flush": {kind: body}} for kind, body in _containers(table)]
+    # after the flush no map element refers to a chain: stale ones can go
+    cmds += [{"delete": {"chain": _obj(table, c)}} for c in sorted(now.chains - set(new.chains))]
+    cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
+             for n, c in sorted(new.counters.items())]
+    for name, body in sorted(new.chains.items()):
+        cmds += _chain_cmds(table, name, body)
+    cmds += _element_cmds("add", table, new.elements.items(), new.policed)
+    # last: the rules that counted into them are gone by now
+    cmds += [{"delete": {"counter": _obj(table, n)}}
+             for n in sorted(now.counters - set(new.counters))]
+    return cmds
+
+
+def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
+        new: Rendered, *, with_base: bool = True) -> tuple[list[Cmd], Installed]:
+    """One transaction that makes one pod's objects exactly `new` (its render alone; empty:
+    the pod goes or is isolated in no direction), touching no other pod's objects except the
+    map elements of the pod's `addresses` (one another pod held before: the new owner wins)."""
+    cmds = base(table)
+    claimed = set(addresses)
+    stale = {e: c for e, c in now.elements.items() if e[1] in claimed or owned_by(key, c)}
+    unpoliced = (now.policed & ({a for (_, a) in stale} | claimed)) - new.policed
+    cmds += _element_cmds("delete", table, stale.items(), unpoliced)
+    mine_chains = {c for c in now.chains if owned_by(key, c)}
+    mine_counters = {c for c in now.counters if owned_by(key, c)}
+    # after the elements: nothing refers to these chains any more
+    cmds += [{"delete": {"chain": _obj(table, c)}}
+             for c in sorted(mine_chains - set(new.chains))]
+    cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
+             for n, c in sorted(new.counters.items())]
+    for name, body in sorted(new.chains.items()):
+        cmds += _chain_cmds(table, name, body)
+    cmds += _element_cmds("add", table, new.elements.items(), new.policed - now.policed)
+    cmds += [{"delete": {"counter": _obj(table, n)}}
+             for n in sorted(mine_counters - set(new.counters))]
+    after = Installed((now.chains - mine_chains) | set(new.chains),
+                      (now.counters - mine_counters) | set(new.counters),
+                      {e: c for e, c in now.elements.items() if e not in stale} | new.elements,
+                      (now.policed - unpoliced) | new.policed)
+    return cmds, after
+
+
+def removal(table: str, now: Installed) -> list[Cmd]:
+    """One transaction that deletes every object of the policy (add first: absent is fine)."""
+    cmds: list[Cmd] = [{"add": {"table": {"family": "inet", "name": table}}},
+                       {"add": {"chain": _base_chain(table)}},
+                       {"delete": {"chain": _base_chain(table)}}]
+    for kind, body in _containers(table):
+        cmds += [{"add": {kind: body}}, {"delete": {kind: body}}]
+    cmds += [{"delete": {"chain": _obj(table, c)}} for c in sorted(now.chains)]
+    cmds += [{"delete": {"counter": _obj(table, n)}} for n in sorted(now.counters)]
+    return cmds

@@ -1,0 +1,206 @@
+"""NftPolicy: the kernel renderer's one object. It installs compiled rules into the agent's
+table, one libnftables transaction per change, sweeps the connections a change denies from
+conntrack, and reads the counters back.
+
+It keeps what it installed (the pods' rules, the objects by name) to make each change a diff;
+it reads the kernel once before its first change and again at every full `apply`, so that it
+starts from what a previous agent left there and repairs what someone changed by hand.
+All methods work in the calling thread's network namespace and serialize on `nft.table_lock`
+(NAT's owner of the same table takes it too). Errors: NftError from nftables (nothing changed:
+a transaction is all or nothing); a failed conntrack sweep is logged, not raised (the rules
+are in place; only connections established before the change may outlive it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.linux.nft import NftError, run, table_lock
+from agent.linux.nftpolicy import conntrack, render
+from agent.linux.nftpolicy.render import DIRECTIONS, Dir, Installed, PodRules
+from agent.linux.nftpolicy.verdict import allowed, owners
+from agent.linux.nftpolicy.views import Count, Counters, PodView, meanings, pod_view
+from policy import PodKey
+from policy.model import IPAddress
+
+log = logging.getLogger(__name__)
+TABLE = "vswitch-cni"
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one change did: nftables commands in its transaction, conntrack entries deleted."""
+
+    commands: int
+    conntrack_deleted: int
+
+
+class NftPolicy:
+    """The NetworkPolicy of this node's pods in nftables table `inet <table>`."""
+
+    def __init__(self, table: str = TABLE, *, sweep_conntrack: bool = True) -> None:
+        self.table = table
+        self._sweep_conntrack = sweep_conntrack
+        self._pods: dict[PodKey, PodRules] = {}
+        self._now: Installed | None = None  # None: not read from the kernel yet
+        self._base = False  # the base chain, maps and sets known to be in place
+        self._retired: dict[str, Count] = {}  # allow counts of deleted counters, per policy
+
+    # --- changes -------------------------------------------------------------------------
+
+    def apply(self, desired: Mapping[PodKey, PodRules]) -> Applied:
+        """Makes the policy's objects exactly `desired` (every pod of this node), in one
+        transaction, then deletes the tracked connections of the changed pods it denies."""
+        with table_lock:
+            now, values = self._read()
+            new = render.render(desired)
+            self._retire(values, now.counters - set(new.counters))
+            cmds = render.full(self.table, now, new)
+            run(cmds)
+            self._base = True
+            changed = [a for key, rules in desired.items() if self._pods.get(key) != rules
+                       for a in rules.addresses]
+            self._now, self._pods = render.installed(new), dict(desired)
+            return Applied(len(cmds), self._sweep(changed))
+
+    def apply_pod(self, key: PodKey, rules: PodRules) -> Applied:
+        """Installs or replaces one pod's chains and map elements in one small transaction
+        (a CNI ADD calls it before answering: the pod is isolated from its first packet)."""
+        with table_lock:
+            previous = self._pods.get(key)
+            cmds = self._pod(key, rules.addresses, render.render({key: rules}))
+            self._pods[key] = rules
+            # a new pod has no connections yet: the ADD path does not pay for a sweep
+            swept = 0 if previous is None or previous == rules else self._sweep(rules.addresses)
+            return Applied(len(cmds), swept)
+
+    def remove_pod(self, key: PodKey) -> Applied:
+        """Removes one pod's chains, map elements and counters (the pod is gone)."""
+        with table_lock:
+            previous = self._pods.pop(key, None)
+            addresses = previous.addresses if previous is not None else ()
+            cmds = self._pod(key, addresses, render.Rendered())
+            return Applied(len(cmds), 0)
+
+    def remove(self) -> None:
+        """Deletes every object of the policy (the node leaves), and the table when nothing
+        else (NAT) is left in it. Pods stop being isolated."""
+        with table_lock:
+            now, _ = self._read()
+            run(render.removal(self.table, now))
+            listed = run([{"list": {"table": {"family": "inet", "name": self.table}}}])
+            if not [o for o in listed.get("nftables", ()) if set(o) - {"metainfo", "table"}]:
+                run([{"delete": {"table": {"family": "inet", "name": self.table}}}])
+            self._now, self._pods, self._retired, self._base = Installed(), {}, {}, False
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def counters(self) -> Counters:
+        """Packets and bytes allowed per policy ("ns/name", summed over this node's pods and
+        both directions, deleted counters included: monotonic while the agent runs) and
+        dropped per pod and isolated direction (a drop is no policy's: isolation did it)."""
+        with table_lock:
+            values = self._counter_values()
+            allowed_by: dict[str, Count] = dict(self._retired)
+            dropped: dict[tuple[PodKey, Dir], Count] = {}
+            for name, meaning in meanings(self._pods).items():
+                value = values.get(name, Count(0, 0))
+                if isinstance(meaning, str):
+                    allowed_by[meaning] = allowed_by.get(meaning, Count(0, 0)) + value
+                else:
+                    dropped[meaning] = value
+            return Counters(allowed_by, dropped)
+
+    def rules_for(self, key: PodKey) -> PodView | None:
+        """What is installed for a pod, with its counts (None: the pod has no rules here)."""
+        with table_lock:
+            rules = self._pods.get(key)
+            return None if rules is None else pod_view(key, rules, self._counter_values())
+
+    def pods(self) -> frozenset[PodKey]:
+        with table_lock:
+            return frozenset(self._pods)
+
+    # --- inside ---------------------------------------------------------------------------
+
+    def _pod(self, key: PodKey, addresses: tuple[IPAddress, ...], new: render.Rendered
+             ) -> list[dict[str, Any]]:
+        now = self._now
+        if now is None:
+            now, _ = self._read()
+        gone = {c for c in now.counters if render.owned_by(key, c)} - set(new.counters)
+        if gone and key in self._pods:
+            self._retire(self._counter_values(), gone)
+        cmds, after = render.pod(self.table, key, addresses, now, new, with_base=not self._base)
+        try:
+            run(cmds)
+        except NftError:
+            if not self._base:
+                raise
+            # the table changed behind our back (someone deleted it): read it, then all again
+            self._base = False
+            now, _ = self._read()
+            cmds, after = render.pod(self.table, key, addresses, now, new)
+            run(cmds)
+        self._now, self._base = after, True
+        return cmds
+
+    def _retire(self, values: Mapping[str, Count], names: set[str]) -> None:
+        """Keeps the last counts of allow counters about to be deleted, per policy."""
+        for name in names:
+            policy = meanings(self._pods).get(name)
+            if isinstance(policy, str) and name in values:
+                self._retired[policy] = self._retired.get(policy, Count(0, 0)) + values[name]
+
+    def _sweep(self, addresses: Sequence[IPAddress]) -> int:
+        if not self._sweep_conntrack or not addresses:
+            return 0
+        by_address = owners(self._pods)
+        try:
+            return conntrack.sweep(addresses, lambda flow: allowed(by_address, flow))
+        except Exception as exc:  # the rules stand: say what was left undone, go on
+            log.warning("conntrack sweep failed (connections established before the change "
+                        "may outlive it): %s", exc)
+            return 0
+
+    def _list(self, what: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            return list(run([{"list": what}]).get("nftables", ()))
+        except NftError as exc:
+            if "No such file or directory" in str(exc):
+                return []  # no table yet
+            raise
+
+    def _counter_values(self) -> dict[str, Count]:
+        listed = self._list({"counters": {"family": "inet", "table": self.table}})
+        return {c["name"]: Count(c["packets"], c["bytes"]) for o in listed
+                if (c := o.get("counter")) and c["name"].startswith(render.PREFIX)}
+
+    def _read(self) -> tuple[Installed, dict[str, Count]]:
+        """The policy's objects in the kernel now, and its counters' values."""
+        now, values = Installed(), {}
+        maps = {render.map_name(d, v) for d in DIRECTIONS for v in render.VERSIONS}
+        sets = {render.set_name(v) for v in render.VERSIONS}
+        for obj in self._list({"table": {"family": "inet", "name": self.table}}):
+            kind, body = next(iter(obj.items()))
+            name = body.get("name", "") if isinstance(body, dict) else ""
+            if kind == "chain" and name.startswith(render.PREFIX) and name != render.BASE:
+                now.chains.add(name)
+            elif kind == "counter" and name.startswith(render.PREFIX):
+                now.counters.add(name)
+                values[name] = Count(body["packets"], body["bytes"])
+            elif kind == "map" and name in maps:
+                for address, verdict in body.get("elem", ()):
+                    now.elements[(name, _address(address))] = verdict["jump"]["target"]
+            elif kind == "set" and name in sets:
+                now.policed.update(_address(a) for a in body.get("elem", ()))
+        self._now = now
+        return now, values
+
+
+def _address(text: str) -> IPAddress:
+    return ipaddress.ip_address(text)

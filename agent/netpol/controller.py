@@ -1,0 +1,233 @@
+"""The policy controller: the node's attachments' rules, kept equal to what the cluster's
+NetworkPolicies say.
+
+Two paths, one compiler:
+
+- **Full apply** (a SupervisedLoop, "netpol"): after any change of the Kubernetes cache (woken,
+  then a short `debounce` so a burst of events costs one apply) and every `resync` seconds (a
+  VPP restart that lost its ACLs, anything missed), the local attachments' rules are compiled
+  (this node's pods only, peers from the whole cluster) and every renderer gets the whole
+  desired state; renderers diff and change only what changed. Until the cache has listed once,
+  nothing is applied: the rules in place (nftables and VPP keep them while the agent restarts)
+  stay as they are, rather than opening every pod for the moments of a restart.
+- **ADD** (`admit`, a step of the ADD before the pod side gets its addresses, so before the pod
+  can send or receive anything): the pod's rules from the cached policies and the pod's labels,
+  installed by every renderer before the CNI answer: a pod is isolated from its first packet.
+  The pod's labels come from the cache or one GET of the pod; with the cache never listed (the
+  API unreachable since the agent started) the ADD fails with "try again later" (11): a pod
+  whose isolation is unknown is not started. `release` (DEL, and the ADD's undo) removes them.
+
+Addresses: a local pod's own addresses come from its records (the API learns them only later,
+from the kubelet); other pods' from the API. The node's addresses are exempt both ways, as the
+spec requires (kubelet probes).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from ipaddress import ip_interface
+from typing import Any
+
+from agent.infra.loops import SupervisedLoop
+from agent.model.errors import TryAgainLater
+from agent.model.pod import PodRecord
+from agent.netpol.types import (
+    AttachmentKey,
+    Counts,
+    Enforced,
+    K8sPod,
+    PolicySource,
+    Renderer,
+)
+from policy import Compiled, Pod, compile_policies
+from policy.model import IPAddress
+
+log = logging.getLogger(__name__)
+
+
+def record_pod(record: PodRecord) -> K8sPod | None:
+    """The Kubernetes pod of an attachment (None: no K8S_POD_* arguments, not a pod's)."""
+    if not record.pod_namespace or not record.pod_name:
+        return None
+    return K8sPod(record.pod_namespace, record.pod_name)
+
+
+def record_addresses(record: PodRecord) -> tuple[IPAddress, ...]:
+    return tuple(ip_interface(a).ip for a in record.addresses)
+
+
+class PolicyController:
+    """This node's NetworkPolicy enforcement (see the module docstring)."""
+
+    def __init__(
+        self,
+        source: PolicySource,
+        renderers: Sequence[Renderer],
+        node: str,
+        node_addresses: Callable[[], Iterable[IPAddress]],
+        records: Callable[[], list[PodRecord]],
+        *,
+        debounce: float = 0.05,
+        resync: float = 30.0,
+        sync_wait: float = 5.0,
+    ) -> None:
+        self.source = source
+        self.renderers = list(renderers)
+        self.node = node
+        self._node_addresses = node_addresses
+        self._records = records
+        self.debounce = debounce
+        self.sync_wait = sync_wait
+        self.sctp = all(r.sctp for r in self.renderers)
+        self._lock = threading.Lock()  # one apply or admit at a time: renderers are not shared
+        self._installed: dict[AttachmentKey, Enforced] = {}
+        self._warnings: tuple[str, ...] = ()
+        self._synced = False
+        self.applies = 0
+        self.last_apply = 0.0  # time.time() of the last full apply
+        self.loop = SupervisedLoop("netpol", self.run_once, resync, immediately=True,
+                                   backoff=(0.2, 5.0), log=log)
+
+    # ---- the background loop ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self.loop.start()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def changed(self, kind: str = "") -> None:
+        """The cache changed (called in the watch's thread): apply soon."""
+        self.loop.wake()
+
+    def run_once(self) -> None:
+        if not self._synced:
+            if not self.source.wait_synced(self.sync_wait):
+                raise TryAgainLater("NetworkPolicy: the Kubernetes cache has not listed yet; "
+                                    "the rules in place stay as they are")
+            self._synced = True
+        if self.debounce:
+            time.sleep(self.debounce)  # a burst of events (a rollout) becomes one apply
+        self.apply_all()
+
+    def apply_all(self) -> None:
+        """Compiles every local attachment's rules and gives them to every renderer."""
+        records = [r for r in self._records() if record_pod(r) is not None]
+        with self._lock:
+            compiled = self._compile(records, {record_pod(r) for r in records})
+            desired: dict[AttachmentKey, Enforced] = {}
+            for record in records:
+                enforced = self._enforced(record, compiled)
+                if enforced is not None:
+                    desired[record.key] = enforced
+            for renderer in self.renderers:
+                renderer.apply(desired)
+            self._installed = desired
+            self._warnings = compiled.warnings
+            self.applies += 1
+            self.last_apply = time.time()
+
+    # ---- the request path ------------------------------------------------------------------
+
+    def admit(self, record: PodRecord, wiring: dict[str, Any] | None = None) -> None:
+        """Installs one new attachment's rules (an ADD, before its pod side is configured;
+        `wiring`: the driver's, as the record will hold it)."""
+        key = record_pod(record)
+        if key is None:
+            return
+        if not self._synced:
+            if not self.source.wait_synced(self.sync_wait):
+                raise TryAgainLater(
+                    f"NetworkPolicy: the Kubernetes API has not been listed yet, so the "
+                    f"isolation of pod {key.namespace}/{key.name} cannot be decided")
+            self._synced = True
+        if wiring is not None:
+            record = replace(record, wiring=wiring)
+        with self._lock:
+            compiled = self._compile([record], {key})
+            enforced = self._enforced(record, compiled)
+            if enforced is None:
+                return
+            for renderer in self.renderers:
+                renderer.apply_one(enforced)
+            self._installed[record.key] = enforced
+
+    def release(self, key: AttachmentKey) -> None:
+        """Removes one attachment's rules (a DEL, or an ADD's undo); idempotent."""
+        with self._lock:
+            self._installed.pop(key, None)
+            for renderer in self.renderers:
+                renderer.remove_one(key)
+
+    # ---- what is shown ---------------------------------------------------------------------
+
+    def explain(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The rules in force for a pod of this node, with the policies each came from."""
+        with self._lock:
+            mine = [e for e in self._installed.values() if e.pod == K8sPod(namespace, name)]
+        if not mine:
+            return None
+        return {"pod": f"{namespace}/{name}", "node": self.node, "attachments": [
+            {"container_id": e.attachment.container_id, "ifname": e.attachment.ifname,
+             "addresses": [str(a) for a in e.addresses],
+             "exempt": [str(a) for a in e.policy.node_addresses],
+             "ingress": _direction(e.policy.ingress), "egress": _direction(e.policy.egress)}
+            for e in mine]}
+
+    def counters(self) -> Counts:
+        """Every renderer's counters, summed (in the VPP dataplane the node's nftables count
+        the Service traffic that passes the node, VPP the rest)."""
+        out = Counts()
+        for renderer in self.renderers:
+            out = out + renderer.counters()
+        return out
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self._warnings
+
+    def installed(self) -> int:
+        with self._lock:
+            return len(self._installed)
+
+    # ---- compiling -------------------------------------------------------------------------
+
+    def _compile(self, records: list[PodRecord], wanted: set[K8sPod | None]) -> Compiled:
+        """The rules of `wanted`'s pods: the cache's pods, this node's as its records say (a
+        pod the cache lacks comes from one GET, or without labels when the API has none)."""
+        local: dict[K8sPod, Pod] = {}
+        for record in records:
+            key = record_pod(record)
+            assert key is not None
+            pod = local.get(key) or self.source.pod(key.namespace, key.name)
+            if pod is None:
+                log.warning("NetworkPolicy: pod %s/%s is not in the Kubernetes API; compiled "
+                            "without labels", key.namespace, key.name)
+                pod = Pod(key.namespace, key.name)
+            ips = tuple(dict.fromkeys((*local[key].ips, *record_addresses(record)))) \
+                if key in local else record_addresses(record)
+            local[key] = replace(pod, ips=ips, node=self.node, host_network=False)
+        pods = [p for k, p in self.source.pods().items() if k not in local]
+        only = {k for k in wanted if k is not None}
+        return compile_policies(pods + list(local.values()), self.source.namespaces().values(),
+                                self.source.policies().values(),
+                                sctp=self.sctp, node_addresses={self.node: self._node_addresses()},
+                                only=only)
+
+    def _enforced(self, record: PodRecord, compiled: Compiled) -> Enforced | None:
+        key = record_pod(record)
+        found = compiled.pods.get(key) if key is not None else None
+        if key is None or found is None:
+            return None
+        return Enforced(record.key, key, found, record_addresses(record), dict(record.wiring))
+
+
+def _direction(rules: Any) -> dict[str, Any]:
+    return {"isolated": rules.isolated, "rules": [
+        {"peers": [str(n) for n in rule.peers],
+         "ports": "all traffic" if rule.ports is None else [str(p) for p in rule.ports],
+         "policies": list(rule.policies)} for rule in rules.rules]}

@@ -1,0 +1,202 @@
+"""The policy controller between the Kubernetes cache, the compiler and the renderers.
+
+Test plan:
+- ADD (`admit`): the pod's rules come from the cached policies and the pod's labels, with the
+  attachment's own addresses (the API does not know them yet), before the answer; a pod the
+  cache lacks comes from the source's GET; a request without a Kubernetes pod is left alone;
+- with the cache never listed, an ADD is refused with code 11 (isolation unknown) and the
+  background loop applies nothing (the rules in place stay);
+- a full apply gives every renderer the whole node: every local attachment, peers from the
+  cluster, a changed policy changes the rules, an attachment whose pod left loses them;
+- a sandbox replaced: the old attachment's DEL leaves the new one's rules;
+- `explain` shows the rules in force and the policies each came from; counters add up.
+
+The source is an in-memory stand-in for the Kubernetes cache (the API itself is exercised by
+tests/kube against a real kube-apiserver); the renderer records what it is given (the real ones
+are tested with nftables and VPP in their own tests).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from agent.model.errors import TryAgainLater
+from agent.model.pod import PodKey, PodRecord
+from agent.netpol.controller import PolicyController
+from agent.netpol.types import Counts, Enforced
+from policy import Namespace, NetworkPolicy, Pod, pod_from_k8s, policy_from_k8s
+from policy import PodKey as K8sPod
+from tests.policy.build import pod, policy
+
+NODE_IP = ipaddress.ip_address("192.168.16.1")
+FROM_WEB = {"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}
+
+
+class Cache:
+    """What agent/kube's KubeState gives, from values set by the test."""
+
+    def __init__(self, synced: bool = True) -> None:
+        self.synced = synced
+        self.pod_list: list[Pod] = []
+        self.policy_list: list[NetworkPolicy] = []
+        self.gets: list[tuple[str, str]] = []
+        self.api: dict[tuple[str, str], Pod] = {}  # what a GET finds beyond the cache
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.synced
+
+    def pods(self) -> dict[K8sPod, Pod]:
+        return {p.key: p for p in self.pod_list}
+
+    def namespaces(self) -> dict[str, Namespace]:
+        return {"a": Namespace("a", {"kubernetes.io/metadata.name": "a"})}
+
+    def policies(self) -> dict[K8sPod, NetworkPolicy]:
+        return {K8sPod(p.namespace, p.name): p for p in self.policy_list}
+
+    def pod(self, namespace: str, name: str) -> Pod | None:
+        for p in self.pod_list:
+            if (p.namespace, p.name) == (namespace, name):
+                return p
+        self.gets.append((namespace, name))
+        return self.api.get((namespace, name))
+
+
+class Recorder:
+    name = "recorder"
+    sctp = True
+
+    def __init__(self) -> None:
+        self.state: dict[PodKey, Enforced] = {}
+        self.calls: list[str] = []
+
+    def apply(self, desired: Mapping[PodKey, Enforced]) -> None:
+        self.calls.append("apply")
+        self.state = dict(desired)
+
+    def apply_one(self, enforced: Enforced) -> None:
+        self.calls.append("apply_one")
+        self.state[enforced.attachment] = enforced
+
+    def remove_one(self, key: PodKey) -> None:
+        self.calls.append("remove_one")
+        self.state.pop(key, None)
+
+    def counters(self) -> Counts:
+        return Counts({"a/p": (1, 100)}, {(K8sPod("a", "db"), "ingress"): (2, 200)})
+
+
+def record(name: str, ip: str, cid: str = "") -> PodRecord:
+    return PodRecord(container_id=cid or f"c-{name}", ifname="eth0", netns="/run/netns/x",
+                     addresses=[f"{ip}/32"], gateways=[], pod_namespace="a", pod_name=name,
+                     state="ready", wiring={"host_ifname": f"h-{name}"})
+
+
+def controller(cache: Cache, records: list[PodRecord] | None = None,
+               *renderers: Any) -> PolicyController:
+    return PolicyController(cache, list(renderers) or [Recorder()], "n1", lambda: [NODE_IP],
+                            lambda: list(records or []), debounce=0, sync_wait=0)
+
+
+def test_admit_installs_the_pods_rules_with_its_own_address() -> None:
+    cache = Cache()
+    cache.pod_list = [pod_from_k8s(pod("a", "db", None, {"app": "db"})),
+                      pod_from_k8s(pod("a", "web", "10.0.0.9", {"app": "web"}, node="n2"))]
+    cache.policy_list = [policy_from_k8s(policy("a", "p", podSelector={
+        "matchLabels": {"app": "db"}}, ingress=[{**FROM_WEB, "ports": [{"port": 5432}]}]))]
+    renderer = Recorder()
+    ctl = controller(cache, None, renderer)
+    ctl.admit(record("db", "10.0.1.5"), {"host_ifname": "h-db", "extra": {"sw_if_index": 7}})
+    got = renderer.state[PodKey("c-db", "eth0")]
+    assert got.pod == K8sPod("a", "db")
+    assert got.addresses == (ipaddress.ip_address("10.0.1.5"),)
+    assert got.wiring["extra"] == {"sw_if_index": 7}
+    assert got.policy.ingress.isolated and not got.policy.egress.isolated
+    (rule,) = got.policy.ingress.rules
+    assert [str(n) for n in rule.peers] == ["10.0.0.9/32"]
+    assert [str(p) for p in rule.ports or ()] == ["TCP/5432"]
+    assert got.policy.node_addresses == (NODE_IP,)
+
+
+def test_a_pod_the_cache_lacks_comes_from_a_get() -> None:
+    cache = Cache()
+    cache.api[("a", "db")] = pod_from_k8s(pod("a", "db", None, {"app": "db"}))
+    cache.policy_list = [policy_from_k8s(policy("a", "p", podSelector={
+        "matchLabels": {"app": "db"}}))]
+    renderer = Recorder()
+    controller(cache, None, renderer).admit(record("db", "10.0.1.5"))
+    assert cache.gets == [("a", "db")]
+    assert renderer.state[PodKey("c-db", "eth0")].policy.ingress.isolated  # by its labels
+
+
+def test_a_request_without_a_pod_is_left_alone() -> None:
+    renderer = Recorder()
+    bare = record("x", "10.0.1.5")
+    bare.pod_namespace = bare.pod_name = ""
+    controller(Cache(synced=False), None, renderer).admit(bare)
+    assert renderer.calls == []
+
+
+def test_never_listed_refuses_the_add_and_applies_nothing() -> None:
+    renderer = Recorder()
+    ctl = controller(Cache(synced=False), [record("db", "10.0.1.5")], renderer)
+    with pytest.raises(TryAgainLater, match="isolation of pod a/db cannot be decided"):
+        ctl.admit(record("db", "10.0.1.5"))
+    with pytest.raises(TryAgainLater, match="has not listed yet"):
+        ctl.run_once()
+    assert renderer.calls == []
+
+
+def test_a_full_apply_gives_the_whole_node_and_follows_changes() -> None:
+    cache = Cache()
+    cache.pod_list = [pod_from_k8s(pod("a", "db", "10.0.1.5", {"app": "db"})),
+                      pod_from_k8s(pod("a", "web", "10.0.1.6", {"app": "web"}))]
+    records = [record("db", "10.0.1.5"), record("web", "10.0.1.6")]
+    renderer = Recorder()
+    ctl = controller(cache, records, renderer)
+    ctl.run_once()
+    assert set(renderer.state) == {PodKey("c-db", "eth0"), PodKey("c-web", "eth0")}
+    assert not any(e.isolated for e in renderer.state.values())
+    cache.policy_list = [policy_from_k8s(policy("a", "p", podSelector={
+        "matchLabels": {"app": "db"}}, ingress=[FROM_WEB]))]
+    ctl.changed("NetworkPolicy")
+    ctl.run_once()
+    db = renderer.state[PodKey("c-db", "eth0")]
+    assert [str(n) for n in db.policy.ingress.rules[0].peers] == ["10.0.1.6/32"]
+    assert not renderer.state[PodKey("c-web", "eth0")].isolated
+    records.pop()  # web's attachment is gone (DEL)
+    ctl.run_once()
+    assert set(renderer.state) == {PodKey("c-db", "eth0")}
+    assert ctl.installed() == 1 and ctl.applies == 3
+
+
+def test_a_replaced_sandboxs_del_leaves_the_new_ones_rules() -> None:
+    cache = Cache()
+    cache.policy_list = [policy_from_k8s(policy("a", "deny"))]
+    renderer = Recorder()
+    ctl = controller(cache, None, renderer)
+    ctl.admit(record("db", "10.0.1.5", cid="old"))
+    ctl.admit(record("db", "10.0.1.7", cid="new"))
+    ctl.release(PodKey("old", "eth0"))
+    assert list(renderer.state) == [PodKey("new", "eth0")]
+    assert renderer.state[PodKey("new", "eth0")].addresses == (ipaddress.ip_address("10.0.1.7"),)
+
+
+def test_explain_and_counters() -> None:
+    cache = Cache()
+    cache.pod_list = [pod_from_k8s(pod("a", "web", "10.0.0.9", {"app": "web"}))]
+    cache.policy_list = [policy_from_k8s(policy("a", "p", ingress=[FROM_WEB]))]
+    ctl = controller(cache, None, Recorder(), Recorder())
+    ctl.admit(record("db", "10.0.1.5"))
+    shown = ctl.explain("a", "db")
+    assert shown is not None
+    (one,) = shown["attachments"]
+    assert one["ingress"] == {"isolated": True, "rules": [
+        {"peers": ["10.0.0.9/32"], "ports": "all traffic", "policies": ["a/p"]}]}
+    assert one["egress"] == {"isolated": False, "rules": []}
+    assert ctl.explain("a", "nobody") is None
+    assert ctl.counters() == Counts({"a/p": (2, 200)}, {(K8sPod("a", "db"), "ingress"): (4, 400)})

@@ -1,0 +1,191 @@
+"""The renderer's pure parts, without root: the JSON it gives nftables, the transactions' order
+and scope, the verdict the conntrack sweep asks, the counters' meaning.
+
+Test plan:
+- a pod chain: node and own addresses return first; one nft rule per rule x IP version x
+  protocol, ports as sets of numbers and ranges, a protocol's every port as the protocol alone,
+  `ports None` as no port match at all (never an empty set); one counter per allowing policy;
+  a final counted drop; a non-isolated direction has no chain and no map element;
+- the base chain: established first, the no-SYN drops, then egress maps before ingress maps;
+- a full transaction: flushes the maps before deleting stale chains, adds (never deletes) the
+  counters it keeps, deletes stale counters last; touches no object NAT owns;
+- a per-pod transaction: only that pod's chains and counters, and the map elements of its
+  addresses (an address another pod held is taken over); removal of a pod; what is installed
+  after it;
+- the verdict: isolation, exemptions, peers, ports and protocols, both ends;
+- views: the counters' meanings, a pod's view.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any
+
+from agent.linux.nftpolicy import render
+from agent.linux.nftpolicy.render import Installed, PodRules
+from agent.linux.nftpolicy.verdict import Flow, allowed, owners
+from agent.linux.nftpolicy.views import Count, meanings, pod_view
+from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
+from policy.rules import OPEN
+
+A, B = PodKey("t", "a"), PodKey("t", "b")
+NODE = (ipaddress.ip_address("192.168.0.1"),)
+ADDR_A = (ipaddress.ip_address("10.0.0.5"), ipaddress.ip_address("fd00::5"))
+ADDR_B = (ipaddress.ip_address("10.0.0.6"),)
+NETS = (ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("10.0.0.7/32"),
+        ipaddress.ip_network("fd00::/64"))
+
+
+def rules(ingress: DirectionRules = OPEN, egress: DirectionRules = OPEN,
+          addresses: tuple[Any, ...] = ADDR_A, key: PodKey = A) -> PodRules:
+    return PodRules(PodPolicy(key, NODE, ingress, egress), addresses)
+
+
+def web() -> DirectionRules:
+    return DirectionRules(True, (
+        Rule(NETS, (PortRange("TCP", 80, 80), PortRange("TCP", 8000, 8080),
+                    PortRange("UDP", 0, 65535)), ("t/p", "t/q")),
+        Rule((ipaddress.ip_network("0.0.0.0/0"),), None, ("t/all",)),
+    ))
+
+
+def chain(out: render.Rendered, key: PodKey, direction: render.Dir) -> list[str]:
+    return [json.dumps(e) for e in out.chains[render.chain_name(key, direction)]]
+
+
+def test_a_pod_chain_exempts_then_allows_per_rule_version_and_protocol_then_drops() -> None:
+    out = render.render({A: rules(ingress=web())})
+    body = out.chains[render.chain_name(A, "ingress")]
+    assert body[0] == [{"match": {"op": "==", "left": {"payload": {"protocol": "ip",
+                                                                   "field": "saddr"}},
+                                  "right": {"set": ["10.0.0.5", "192.168.0.1"]}}},
+                       {"return": None}]
+    assert body[1][0]["match"]["right"] == {"set": ["fd00::5"]}
+    tcp, udp, tcp6, udp6, everything, drop = body[2:]
+    assert tcp[0]["match"]["right"] == {"set": [{"prefix": {"addr": "10.1.0.0", "len": 16}},
+                                                "10.0.0.7"]}
+    assert tcp[1] == {"match": {"op": "==", "left": {"payload": {"protocol": "tcp",
+                                                                 "field": "dport"}},
+                                "right": {"set": [80, {"range": [8000, 8080]}]}}}
+    assert udp[1] == {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}},
+                                "right": "udp"}}
+    counters = [render.allow_counter(A, "ingress", p) for p in ("t/p", "t/q")]
+    assert tcp[2:] == [{"counter": counters[0]}, {"counter": counters[1]}, {"return": None}]
+    assert tcp6[0]["match"]["left"]["payload"]["protocol"] == "ip6"
+    assert udp6[1] == udp[1]
+    # ports None: the peers alone, no port or protocol match
+    assert [list(x) for x in everything] == [["match"], ["counter"], ["return"]]
+    assert drop == [{"counter": render.drop_counter(A, "ingress")}, {"drop": None}]
+    assert set(out.counters) == {*counters, render.allow_counter(A, "ingress", "t/all"),
+                                 render.drop_counter(A, "ingress")}
+
+
+def test_default_deny_is_the_exemptions_and_a_drop_and_open_is_nothing() -> None:
+    out = render.render({A: rules(egress=DirectionRules(True)), B: rules(addresses=ADDR_B,
+                                                                          key=B)})
+    assert list(out.chains) == [render.chain_name(A, "egress")]
+    assert len(out.chains[render.chain_name(A, "egress")]) == 3  # v4 exempt, v6 exempt, drop
+    assert out.elements == {("policy-egress4", ADDR_A[0]): render.chain_name(A, "egress"),
+                            ("policy-egress6", ADDR_A[1]): render.chain_name(A, "egress")}
+    assert out.policed == set(ADDR_A)
+
+
+def test_names_are_short_stable_and_per_pod() -> None:
+    long = PodKey("n" * 63, "p" * 253)
+    assert len(render.allow_counter(long, "ingress", "x" * 300)) < 64
+    assert render.chain_name(A, "ingress") != render.chain_name(B, "ingress")
+    assert render.owned_by(A, render.drop_counter(A, "egress"))
+    assert not render.owned_by(B, render.chain_name(A, "egress"))
+
+
+def test_the_base_chain_accepts_established_then_egress_then_ingress() -> None:
+    cmds = render.base("vswitch-cni")
+    rules_ = [c["add"]["rule"]["expr"] for c in cmds if "rule" in c.get("add", {})]
+    assert rules_[0][-1] == {"accept": None} and "established" in json.dumps(rules_[0])
+    assert all(r[-1] == {"drop": None} and '"syn"' in json.dumps(r) for r in rules_[1:5])
+    maps = [r[0]["vmap"]["data"] for r in rules_[5:]]
+    assert maps == ["@policy-egress4", "@policy-egress6", "@policy-ingress4",
+                    "@policy-ingress6"]
+    chain = cmds[1]["add"]["chain"]
+    assert (chain["hook"], chain["prio"], chain["policy"]) == ("forward", 0, "accept")
+
+
+def _ops(cmds: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    out = []
+    for c in cmds:
+        ((op, body),) = c.items()
+        ((kind, obj),) = body.items()
+        out.append((op, kind, obj.get("name", obj.get("chain", ""))))
+    return out
+
+
+def test_a_full_transaction_orders_its_deletes_and_keeps_counters() -> None:
+    old = render.render({A: rules(ingress=web()), B: rules(ingress=web(), addresses=ADDR_B,
+                                                            key=B)})
+    new = render.render({A: rules(ingress=web())})
+    ops = _ops(render.full("vswitch-cni", render.installed(old), new))
+    flush_maps = max(i for i, o in enumerate(ops) if o[:2] == ("flush", "map"))
+    delete_b = ops.index(("delete", "chain", render.chain_name(B, "ingress")))
+    assert flush_maps < delete_b
+    deletes = [o for o in ops if o[0] == "delete"]
+    assert {o[2] for o in deletes if o[1] == "counter"} == set(old.counters) - set(new.counters)
+    assert ops[-len([o for o in deletes if o[1] == "counter"]):] == \
+        [o for o in deletes if o[1] == "counter"]  # last
+    assert not any(o[2] in ("postrouting", "pods4", "keep4") for o in ops)  # NAT's
+    assert ("add", "counter", render.allow_counter(A, "ingress", "t/p")) in ops
+
+
+def test_a_pod_transaction_touches_that_pod_and_its_addresses_only() -> None:
+    both = {A: rules(ingress=web()), B: rules(ingress=web(), addresses=ADDR_B, key=B)}
+    now = render.installed(render.render(both))
+    # b is re-added with a's old IPv4 address and without isolation
+    cmds, after = render.pod("vswitch-cni", B, (ADDR_A[0],), now, render.Rendered())
+    ops = _ops(cmds)
+    assert ("delete", "chain", render.chain_name(B, "ingress")) in ops
+    assert not any(o[0] == "delete" and o[2] == render.chain_name(A, "ingress") for o in ops)
+    deleted = [c["delete"]["element"] for c in cmds if "element" in c.get("delete", {})]
+    assert {(d["name"], e) for d in deleted for e in d["elem"]} == {
+        ("policy-ingress4", "10.0.0.5"), ("policy-ingress4", "10.0.0.6"),
+        ("policy-pods4", "10.0.0.5"), ("policy-pods4", "10.0.0.6")}
+    assert after.chains == {render.chain_name(A, "ingress")}
+    assert after.elements == {("policy-ingress6", ADDR_A[1]): render.chain_name(A, "ingress")}
+    assert after.policed == {ADDR_A[1]}
+
+
+def test_removal_deletes_every_policy_object_even_when_absent() -> None:
+    now = Installed({render.chain_name(A, "egress")}, {render.drop_counter(A, "egress")})
+    ops = _ops(render.removal("vswitch-cni", now))
+    assert ("delete", "chain", render.BASE) in ops and ("add", "chain", render.BASE) in ops
+    assert ops[-1] == ("delete", "counter", render.drop_counter(A, "egress"))
+
+
+def test_the_verdict_reads_the_rules_as_the_chains_do() -> None:
+    peer, stranger = ipaddress.ip_address("10.1.2.3"), ipaddress.ip_address("10.9.9.9")
+    ports_only = DirectionRules(True, web().rules[:1])
+    by = owners({A: rules(ingress=ports_only),
+                 B: rules(egress=DirectionRules(True), addresses=ADDR_B, key=B)})
+    a4 = ADDR_A[0]
+    assert allowed(by, Flow(6, peer, a4, 80))
+    assert allowed(by, Flow(6, peer, a4, 8080)) and not allowed(by, Flow(6, peer, a4, 81))
+    assert allowed(by, Flow(17, peer, a4, 9)) and not allowed(by, Flow(132, peer, a4, 80))
+    assert not allowed(by, Flow(6, stranger, a4, 80)) and not allowed(by, Flow(1, peer, a4, None))
+    assert allowed(owners({A: rules(ingress=web())}), Flow(1, stranger, a4, None))  # ports None
+    assert allowed(by, Flow(6, NODE[0], a4, 1))  # the node, always
+    assert allowed(by, Flow(6, a4, a4, 1))  # the pod itself (hairpin)
+    assert not allowed(by, Flow(6, ADDR_B[0], a4, 80))  # b's egress is default deny
+    assert allowed(by, Flow(6, ADDR_B[0], NODE[0], 10250))  # ... but for the node
+    assert allowed(by, Flow(6, stranger, peer, 1))  # no pod of this node at either end
+
+
+def test_counters_have_a_meaning_and_a_pod_has_a_view() -> None:
+    pods = {A: rules(ingress=web())}
+    meaning = meanings(pods)
+    assert meaning[render.allow_counter(A, "ingress", "t/q")] == "t/q"
+    assert meaning[render.drop_counter(A, "ingress")] == (A, "ingress")
+    values = {render.drop_counter(A, "ingress"): Count(3, 180)}
+    view = pod_view(A, pods[A], values)
+    assert view.egress is None and view.ingress is not None
+    assert view.ingress.dropped == Count(3, 180)
+    assert set(view.ingress.allowed) == {"t/p", "t/q", "t/all"}
+    assert Count(1, 2) + Count(3, 4) == Count(4, 6)
