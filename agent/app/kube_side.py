@@ -131,8 +131,11 @@ class KubeSide:
         if cfg.dataplane == "vpp":
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs
 
+            def cluster_nodes() -> list[IPAddress]:
+                return [ip for node in kube.nodes().values() for ip in node.internal_ips]
+
             renderers.append(vpp_renderer(dataplane, cfg.vpp_api_socket,
-                                          [cfg.ipam.service_cidr], exempt))
+                                          [cfg.ipam.service_cidr], exempt, cluster_nodes))
         controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records)
         woken.append(controller)
         side = cls(kube, controller)

@@ -124,6 +124,19 @@ def test_the_compilers_node_addresses_join_the_agents() -> None:
         list(nets("172.30.1.2/32", "192.168.16.1/32", "fd00::1/128"))
 
 
+def test_other_nodes_are_allowed_in_not_out() -> None:
+    # A Service connection from another node's pod arrives masqueraded to that node's IP, judged
+    # by that node's nftables already; the pod may still not reach other nodes unless allowed.
+    other = ipaddress.ip_address("192.168.16.2")
+    rules = ar.render(pp(ingress=DirectionRules(True), egress=DirectionRules(True)), OWN,
+                      SERVICES, NODE, (other, NODE[1]))
+    assert rules is not None
+    judged = [r for r in rules.output if r.reason == ar.JUDGED]
+    assert [(r.action, r.src) for r in judged] == [(ar.PERMIT, nets("192.168.16.2/32")[0])]
+    assert not any(r.dst == nets("192.168.16.2/32")[0] for r in rules.input if r.action)
+    assert reasons(rules.output).index(ar.JUDGED) < reasons(rules.output).index(ar.DEFAULT_DENY)
+
+
 def test_a_compiled_cluster_renders() -> None:
     compiled = compile_(
         [pod("web", "api-0", "10.1.1.5", {"app": "api"}),

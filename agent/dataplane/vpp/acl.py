@@ -106,6 +106,9 @@ class VppPolicy:
         self.api = api
         self.service_cidrs = tuple(service_cidrs)
         self.node_addresses = tuple(node_addresses)
+        # Other nodes' IPs, allowed in only (acl_render.render says why); the agent keeps them
+        # current from the Kubernetes Nodes before each call.
+        self.judged_nodes: tuple[IPAddress, ...] = ()
         self.stats = stats
         self._pods: dict[str, _Pod] = {}
         self._generation = -1
@@ -223,7 +226,7 @@ class VppPolicy:
 
     def _apply(self, key: PodKey, want: PodAcl, report: ApplyReport) -> None:
         rules = acl_render.render(want.policy, want.addresses, self.service_cidrs,
-                                  self.node_addresses)
+                                  self.node_addresses, self.judged_nodes)
         base = self._base(key)
         if rules is None:  # isolated in neither direction: no ACL at all
             if base in self._pods:

@@ -54,8 +54,8 @@ EVERYWHERE: tuple[IPNetwork, IPNetwork] = (
     ipaddress.IPv4Network("0.0.0.0/0"), ipaddress.IPv6Network("::/0"))
 
 # What each rule is for (`AclRule.reason`): for counters and `installed()`.
-NODE, SELF, SERVICE, ND, POLICY, OPEN, DEFAULT_DENY = (
-    "node", "self", "service", "icmp6-nd", "policy", "open", "default-deny")
+NODE, SELF, SERVICE, ND, POLICY, OPEN, DEFAULT_DENY, JUDGED = (
+    "node", "self", "service", "icmp6-nd", "policy", "open", "default-deny", "judged-on-node")
 
 TAG_PREFIX = "vswitch-cni/"  # ACL tags; ACLs are not interfaces, so no clash with those tags
 TAG_MAX = 63  # acl_add_replace.tag is a string[64], NUL included
@@ -116,17 +116,24 @@ class PodRules:
 
 
 def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPNetwork],
-           node_addresses: Sequence[IPAddress]) -> PodRules | None:
+           node_addresses: Sequence[IPAddress],
+           judged_nodes: Sequence[IPAddress] = ()) -> PodRules | None:
     """The pod's two ACLs, or None when no policy isolates it (no ACL at all).
 
     `own` are the pod's addresses, `node_addresses` the node's as the agent knows them (the
-    policy's own `node_addresses` are added)."""
+    policy's own `node_addresses` are added). `judged_nodes`: the other nodes' IPs, allowed in
+    (not out): a Service connection whose backend is here leaves its client's node masqueraded
+    to that node's IP (the agent's service return path) after that node's nftables judged it
+    with the client pod's own address, so VPP here must not judge it again by the node IP."""
     if not pod.ingress.isolated and not pod.egress.isolated:
         return None
     node = [_host(a) for a in sorted(set(node_addresses) | set(pod.node_addresses), key=_order)]
     nd = [ND_RULE]
     egress = [*(AclRule(PERMIT, _any(n), n, reason=NODE) for n in node), *nd]
     ingress = [*(AclRule(PERMIT, n, _any(n), reason=NODE) for n in node)]
+    ingress += [AclRule(PERMIT, h, _any(h), reason=JUDGED)
+                for h in (_host(a) for a in sorted(set(judged_nodes) - set(node_addresses)
+                                                   - set(pod.node_addresses), key=_order))]
     ingress += [AclRule(PERMIT, h, _any(h), reason=SELF)
                 for h in (_host(a) for a in sorted(set(own), key=_order))]
     ingress += nd
