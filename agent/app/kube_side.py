@@ -91,9 +91,12 @@ def node_addresses(networks: NodeNetworks, node_ip: str, dataplane: str) -> list
     return list(dict.fromkeys(out))
 
 
-def nft_renderer(table: NftPolicy) -> PerPod:
+def nft_renderer(table: NftPolicy,
+                 judged: Callable[[], tuple[IPAddress, ...]] = tuple) -> PerPod:
+    """`judged`: sources allowed in besides the node's (other nodes' IPs with VPP, see
+    agent/linux/nftpolicy/render.PodRules)."""
     def merge(group: list[Enforced]) -> PodRules | None:
-        return PodRules(group[-1].policy, merged_addresses(group)) if group else None
+        return PodRules(group[-1].policy, merged_addresses(group), judged()) if group else None
 
     def counters() -> Counts:
         c = table.counters()
@@ -127,15 +130,19 @@ class KubeSide:
         kube = KubeState(source or None, registry=metrics.registry,
                          on_change=lambda kind: woken[0].changed(kind) if woken else None)
         exempt = node_addresses(networks, node_ip, cfg.dataplane)
-        renderers = [nft_renderer(NftPolicy(cfg.nat_table))]
-        if cfg.dataplane == "vpp":
+        def other_nodes() -> tuple[IPAddress, ...]:
+            """Every Node's InternalIP but this node's: with VPP, the sources of Service
+            connections other nodes judged and then masqueraded (agent/linux/hostnat)."""
+            ips = (ip for node in kube.nodes().values() for ip in node.internal_ips)
+            return tuple(sorted(set(ips) - set(exempt), key=str))
+
+        vpp = cfg.dataplane == "vpp"
+        renderers = [nft_renderer(NftPolicy(cfg.nat_table), other_nodes if vpp else tuple)]
+        if vpp:
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs
 
-            def cluster_nodes() -> list[IPAddress]:
-                return [ip for node in kube.nodes().values() for ip in node.internal_ips]
-
             renderers.append(vpp_renderer(dataplane, cfg.vpp_api_socket,
-                                          [cfg.ipam.service_cidr], exempt, cluster_nodes))
+                                          [cfg.ipam.service_cidr], exempt, other_nodes))
         controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records)
         woken.append(controller)
         side = cls(kube, controller)

@@ -91,6 +91,21 @@ def test_default_deny_is_the_exemptions_and_a_drop_and_open_is_nothing() -> None
     assert out.policed == set(ADDR_A)
 
 
+def test_judged_sources_are_exempt_in_never_out() -> None:
+    # VPP dataplane: another node's IP, the source of its judged and masqueraded Service traffic
+    other = ipaddress.ip_address("192.168.0.2")
+    both = DirectionRules(True)
+    judged = PodRules(PodPolicy(A, NODE, both, both), ADDR_A, (other,))
+    out = render.render({A: judged})
+    ingress, egress = (out.chains[render.chain_name(A, d)] for d in ("ingress", "egress"))
+    assert ingress[0][0]["match"]["right"] == {"set": ["10.0.0.5", "192.168.0.1", "192.168.0.2"]}
+    assert egress[0][0]["match"]["right"] == {"set": ["10.0.0.5", "192.168.0.1"]}
+    # and the conntrack sweep's verdict reads them the same way
+    by_address = owners({A: judged})
+    assert allowed(by_address, Flow(6, other, ADDR_A[0], 80))
+    assert not allowed(by_address, Flow(6, ADDR_A[0], other, 80))
+
+
 def test_names_are_short_stable_and_per_pod() -> None:
     long = PodKey("n" * 63, "p" * 253)
     assert len(render.allow_counter(long, "ingress", "x" * 300)) < 64

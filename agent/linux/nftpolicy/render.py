@@ -56,6 +56,10 @@ class PodRules:
 
     policy: PodPolicy
     addresses: tuple[IPAddress, ...]
+    # Sources allowed in (never out) besides the node's: other nodes' IPs with the VPP
+    # dataplane, whose Service connections arrive masqueraded to them after their own node's
+    # rules judged them with the client pod's address (agent/linux/hostnat's return path).
+    judged: tuple[IPAddress, ...] = ()
 
 
 @dataclass
@@ -151,7 +155,8 @@ def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> N
     spec = getattr(rules.policy, direction)
     peer = _PEER_FIELD[direction]
     body: list[Expr] = []
-    exempt = {*rules.policy.node_addresses, *rules.addresses}
+    exempt = {*rules.policy.node_addresses, *rules.addresses,
+              *(rules.judged if direction == "ingress" else ())}
     for version in VERSIONS:
         mine = sorted(str(a) for a in exempt if a.version == version)
         if mine:

@@ -55,4 +55,6 @@ def allowed(by_address: Mapping[IPAddress, PodRules], flow: Flow) -> bool:
     if src is not None and not _allows(src.policy.egress, src, flow.dst, flow):
         return False
     dst = by_address.get(flow.dst)
-    return dst is None or _allows(dst.policy.ingress, dst, flow.src, flow)
+    if dst is None or flow.src in dst.judged:  # judged by the source's own node
+        return True
+    return _allows(dst.policy.ingress, dst, flow.src, flow)
