@@ -34,7 +34,7 @@ from agent.linux.nftpolicy import NftPolicy, PodRules
 from agent.model.pod import PodRecord
 from agent.netpol.controller import PolicyController
 from agent.netpol.perpod import PerPod, merged_addresses
-from agent.netpol.types import Counts, Enforced
+from agent.netpol.types import Counts, Enforced, RemotePod
 from agent.state.registry import Registry
 from ipam import NodeNetworks
 from policy.model import IPAddress
@@ -91,10 +91,11 @@ def node_addresses(networks: NodeNetworks, node_ip: str, dataplane: str) -> list
     return list(dict.fromkeys(out))
 
 
-def nft_renderer(table: NftPolicy,
-                 judged: Callable[[], tuple[IPAddress, ...]] = tuple) -> PerPod:
+def nft_renderer(table: NftPolicy, judged: Callable[[], tuple[IPAddress, ...]] = tuple,
+                 remote: bool = False) -> PerPod:
     """`judged`: sources allowed in besides the node's (other nodes' IPs with VPP, see
-    agent/linux/nftpolicy/render.PodRules)."""
+    agent/linux/nftpolicy/render.PodRules); `remote`: other nodes' ingress-isolated pods get
+    their ingress chains here too (VPP: the Service path this node translates)."""
     def merge(group: list[Enforced]) -> PodRules | None:
         return PodRules(group[-1].policy, merged_addresses(group), judged()) if group else None
 
@@ -103,8 +104,11 @@ def nft_renderer(table: NftPolicy,
         return Counts({p: (n.packets, n.bytes) for p, n in c.allowed.items()},
                       {(pod, d): (n.packets, n.bytes) for (pod, d), n in c.dropped.items()})
 
+    def remote_rules(pod: RemotePod) -> PodRules:
+        return PodRules(pod.policy, pod.addresses)
+
     return PerPod("nftables", True, table.apply, table.apply_pod, table.remove_pod, merge,
-                  counters)
+                  counters, remote_rules if remote else None)
 
 
 class KubeSide:
@@ -137,13 +141,15 @@ class KubeSide:
             return tuple(sorted(set(ips) - set(exempt), key=str))
 
         vpp = cfg.dataplane == "vpp"
-        renderers = [nft_renderer(NftPolicy(cfg.nat_table), other_nodes if vpp else tuple)]
+        renderers = [nft_renderer(NftPolicy(cfg.nat_table), other_nodes if vpp else tuple,
+                                  remote=vpp)]
         if vpp:
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs
 
             renderers.append(vpp_renderer(dataplane, cfg.vpp_api_socket,
                                           [cfg.ipam.service_cidr], exempt, other_nodes))
-        controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records)
+        controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records,
+                                      remote_ingress=vpp)
         woken.append(controller)
         side = cls(kube, controller)
         side._gauges(metrics)

@@ -7,9 +7,13 @@ Two paths, one compiler:
   then a short `debounce` so a burst of events costs one apply) and every `resync` seconds (a
   VPP restart that lost its ACLs, anything missed), the local attachments' rules are compiled
   (this node's pods only, peers from the whole cluster) and every renderer gets the whole
-  desired state; renderers diff and change only what changed. Until the cache has listed once,
-  nothing is applied: the rules in place (nftables and VPP keep them while the agent restarts)
-  stay as they are, rather than opening every pod for the moments of a restart.
+  desired state; renderers diff and change only what changed. With `remote_ingress` (the VPP
+  dataplane) every pod is compiled and the renderers also get the other nodes' pods whose
+  ingress is isolated: a Service connection this node translates to such a pod is judged here,
+  with the client pod's own address, before the masquerade of the Service path hides it
+  (agent/linux/hostnat); the pod's own node then lets the other nodes' IPs in. Until the cache
+  has listed once, nothing is applied: the rules in place (nftables and VPP keep them while the
+  agent restarts) stay as they are, rather than opening every pod for the moments of a restart.
 - **ADD** (`admit`, a step of the ADD before the pod side gets its addresses, so before the pod
   can send or receive anything): the pod's rules from the cached policies and the pod's labels,
   installed by every renderer before the CNI answer: a pod is isolated from its first packet.
@@ -41,10 +45,12 @@ from agent.netpol.types import (
     Enforced,
     K8sPod,
     PolicySource,
+    RemotePod,
     Renderer,
 )
 from policy import Compiled, Pod, compile_policies
 from policy.model import IPAddress
+from policy.rules import OPEN
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +80,10 @@ class PolicyController:
         debounce: float = 0.05,
         resync: float = 30.0,
         sync_wait: float = 5.0,
+        remote_ingress: bool = False,
     ) -> None:
+        """`remote_ingress`: the renderers also get the other nodes' ingress-isolated pods
+        (RemotePod; the VPP dataplane, whose Service path masquerades)."""
         self.source = source
         self.renderers = list(renderers)
         self.node = node
@@ -83,6 +92,7 @@ class PolicyController:
         self.debounce = debounce
         self.sync_wait = sync_wait
         self.sctp = all(r.sctp for r in self.renderers)
+        self.remote_ingress = remote_ingress
         self._lock = threading.Lock()  # one apply or admit at a time: renderers are not shared
         self._installed: dict[AttachmentKey, Enforced] = {}
         self._warnings: tuple[str, ...] = ()
@@ -118,14 +128,16 @@ class PolicyController:
         """Compiles every local attachment's rules and gives them to every renderer."""
         records = [r for r in self._records() if record_pod(r) is not None]
         with self._lock:
-            compiled = self._compile(records, {record_pod(r) for r in records})
+            local = {record_pod(r) for r in records}
+            compiled = self._compile(records, None if self.remote_ingress else local)
             desired: dict[AttachmentKey, Enforced] = {}
             for record in records:
                 enforced = self._enforced(record, compiled)
                 if enforced is not None:
                     desired[record.key] = enforced
+            remote = self._remote(compiled, local) if self.remote_ingress else None
             for renderer in self.renderers:
-                renderer.apply(desired)
+                renderer.apply(desired, remote)
             self._installed = desired
             self._warnings = compiled.warnings
             self.applies += 1
@@ -196,7 +208,19 @@ class PolicyController:
 
     # ---- compiling -------------------------------------------------------------------------
 
-    def _compile(self, records: list[PodRecord], wanted: set[K8sPod | None]) -> Compiled:
+    def _remote(self, compiled: Compiled, local: set[K8sPod | None]) -> dict[K8sPod, RemotePod]:
+        """The other nodes' pods whose ingress is isolated, with their addresses in the API."""
+        pods = self.source.pods()
+        out = {}
+        for key, found in compiled.pods.items():
+            pod = pods.get(key)
+            if key in local or pod is None or not pod.ips or not found.ingress.isolated:
+                continue
+            out[key] = RemotePod(key, replace(found, egress=OPEN), pod.ips)
+        return out
+
+    def _compile(self, records: list[PodRecord], wanted: set[K8sPod | None] | None
+                 ) -> Compiled:
         """The rules of `wanted`'s pods: the cache's pods, this node's as its records say (a
         pod the cache lacks comes from one GET, or without labels when the API has none)."""
         local: dict[K8sPod, Pod] = {}
@@ -212,7 +236,7 @@ class PolicyController:
                 if key in local else record_addresses(record)
             local[key] = replace(pod, ips=ips, node=self.node, host_network=False)
         pods = [p for k, p in self.source.pods().items() if k not in local]
-        only = {k for k in wanted if k is not None}
+        only = None if wanted is None else {k for k in wanted if k is not None}
         return compile_policies(pods + list(local.values()), self.source.namespaces().values(),
                                 self.source.policies().values(),
                                 sctp=self.sctp, node_addresses={self.node: self._node_addresses()},

@@ -9,6 +9,8 @@ Test plan:
 - a full apply gives every renderer the whole node: every local attachment, peers from the
   cluster, a changed policy changes the rules, an attachment whose pod left loses them;
 - a sandbox replaced: the old attachment's DEL leaves the new one's rules;
+- with `remote_ingress` (VPP) a full apply also gives the other nodes' ingress-isolated pods
+  with their API addresses and their egress left open, and not this node's own;
 - `explain` shows the rules in force and the policies each came from; counters add up.
 
 The source is an in-memory stand-in for the Kubernetes cache (the API itself is exercised by
@@ -27,7 +29,7 @@ import pytest
 from agent.model.errors import TryAgainLater
 from agent.model.pod import PodKey, PodRecord
 from agent.netpol.controller import PolicyController
-from agent.netpol.types import Counts, Enforced
+from agent.netpol.types import Counts, Enforced, RemotePod
 from policy import Namespace, NetworkPolicy, Pod, pod_from_k8s, policy_from_k8s
 from policy import PodKey as K8sPod
 from tests.policy.build import pod, policy
@@ -74,9 +76,11 @@ class Recorder:
         self.state: dict[PodKey, Enforced] = {}
         self.calls: list[str] = []
 
-    def apply(self, desired: Mapping[PodKey, Enforced]) -> None:
+    def apply(self, desired: Mapping[PodKey, Enforced],
+              remote: Mapping[K8sPod, RemotePod] | None = None) -> None:
         self.calls.append("apply")
         self.state = dict(desired)
+        self.remote = dict(remote or {})
 
     def apply_one(self, enforced: Enforced) -> None:
         self.calls.append("apply_one")
@@ -200,3 +204,27 @@ def test_explain_and_counters() -> None:
     assert one["egress"] == {"isolated": False, "rules": []}
     assert ctl.explain("a", "nobody") is None
     assert ctl.counters() == Counts({"a/p": (2, 200)}, {(K8sPod("a", "db"), "ingress"): (4, 400)})
+
+
+def test_remote_ingress_gives_other_nodes_isolated_pods() -> None:
+    cache = Cache()
+    cache.pod_list = [pod_from_k8s(pod("a", "db", "10.0.2.5", {"app": "db"}, node="n2")),
+                      pod_from_k8s(pod("a", "web", "10.0.2.6", {"app": "web"}, node="n2")),
+                      pod_from_k8s(pod("a", "mine", "10.0.1.5", {"app": "db"}))]
+    cache.policy_list = [policy_from_k8s(policy("a", "p", podSelector={
+        "matchLabels": {"app": "db"}}, ingress=[FROM_WEB], egress=[], policyTypes=[
+            "Ingress", "Egress"]))]
+    renderer = Recorder()
+    ctl = PolicyController(cache, [renderer], "n1", lambda: [NODE_IP],
+                           lambda: [record("mine", "10.0.1.5")], debounce=0, sync_wait=0,
+                           remote_ingress=True)
+    ctl.run_once()
+    assert list(renderer.remote) == [K8sPod("a", "db")]  # not web (open), not mine (local)
+    db = renderer.remote[K8sPod("a", "db")]
+    assert db.addresses == (ipaddress.ip_address("10.0.2.5"),)
+    assert db.policy.ingress.isolated and not db.policy.egress.isolated
+    assert [str(n) for n in db.policy.ingress.rules[0].peers] == ["10.0.2.6/32"]
+    assert list(renderer.state) == [PodKey("c-mine", "eth0")]
+    plain = Recorder()
+    controller(cache, [record("mine", "10.0.1.5")], plain).run_once()
+    assert plain.remote == {}
