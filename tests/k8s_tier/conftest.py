@@ -10,6 +10,9 @@ Environment (the tier skips without the first):
   workload spreads over both nodes and the checks across nodes run; without it they skip;
 - VSWITCH_TEST_VPP_SOCKET: a VPP on the node(s) (its API socket; `{node}` in it stands for the
   node's name, one VPP per node): the tier runs a second time with `Dataplane: vpp`;
+- VSWITCH_TEST_K8S_VPP_IMAGE: instead, the VPP run deploys the VPP overlay as shipped
+  (k8s/overlays/vpp: VPP in the vswitch pod), with this image for its VPP container (the nodes
+  must run no VPP of their own);
 - VSWITCH_TEST_KUBECTL (default `kubectl`), VSWITCH_TEST_K8S_POD_IMAGE (default agnhost 2.45),
   VSWITCH_TEST_K8S_ETCD_IMAGE (default: the manifest's own).
 """
@@ -33,6 +36,7 @@ KUBECONFIG = os.environ.get("VSWITCH_TEST_KUBECONFIG", "")
 NODE_NETNS = os.environ.get("VSWITCH_TEST_K8S_NODE_NETNS", "")
 NODE2_NETNS = os.environ.get("VSWITCH_TEST_K8S_NODE2_NETNS", "")
 VPP_SOCKET = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
+VPP_IMAGE = os.environ.get("VSWITCH_TEST_K8S_VPP_IMAGE", "")
 KUBECTL = os.environ.get("VSWITCH_TEST_KUBECTL", "kubectl")
 POD_IMAGE = os.environ.get("VSWITCH_TEST_K8S_POD_IMAGE",
                            "registry.k8s.io/e2e-test-images/agnhost:2.45")
@@ -59,13 +63,14 @@ def nodes(kube: Kube) -> list[Node]:
 @pytest.fixture(scope="module", params=[
     "kernel",
     pytest.param("vpp", marks=pytest.mark.skipif(
-        not VPP_SOCKET, reason="VSWITCH_TEST_VPP_SOCKET is not set (no VPP on the node)")),
+        not (VPP_SOCKET or VPP_IMAGE), reason="neither VSWITCH_TEST_VPP_SOCKET (a VPP on the "
+        "nodes) nor VSWITCH_TEST_K8S_VPP_IMAGE (the VPP overlay's image) is set")),
 ])
 def tier(request: pytest.FixtureRequest, kube: Kube, nodes: list[Node]) -> Iterator[Tier]:
     """The project's manifests with `Dataplane: <param>`, then the workload; torn down in
     reverse order so every pod's CNI DEL reaches a running agent."""
     dataplane: str = request.param
-    system = deploy.system(dataplane, VPP_SOCKET, ETCD_IMAGE)
+    system = deploy.system(dataplane, VPP_SOCKET, ETCD_IMAGE, VPP_IMAGE)
     work = deploy.workload(POD_IMAGE, [n.name for n in nodes])
     with ExitStack() as undo:
         # Every undo step runs even when an earlier one fails (ExitStack chains the errors).

@@ -86,7 +86,8 @@ def _agent_config(text: str, dataplane: str, vpp_socket: str) -> str:
     config["NodeRemovalGrace"] = NODE_REMOVAL_GRACE
     if dataplane == "vpp":
         config["UseTAPInterfaces"] = False
-        config["VPPAPISocket"] = f"/run/vpp/{os.path.basename(vpp_socket)}"
+        if vpp_socket:  # a VPP on the node; else the overlay's own VPP and socket
+            config["VPPAPISocket"] = f"/run/vpp/{os.path.basename(vpp_socket)}"
     return yaml.safe_dump(config, sort_keys=False)
 
 
@@ -146,10 +147,27 @@ def _service(name: str, selector: dict[str, str], kind: str) -> Doc:
     }
 
 
-def system(dataplane: str, vpp_socket: str, etcd_image: str) -> list[Doc]:
-    """k8s/base with the nodes' config for `dataplane`."""
+def system(dataplane: str, vpp_socket: str, etcd_image: str, vpp_image: str = "") -> list[Doc]:
+    """k8s/base with the nodes' config for `dataplane`; with `vpp_image` and `Dataplane: vpp`,
+    the VPP overlay as shipped (k8s/overlays/vpp, VPP in the vswitch pod) with that image."""
+    if dataplane == "vpp" and vpp_image:
+        return vpp_overlay(vpp_image, etcd_image)
     return for_node(manifests(), dataplane, vpp_socket if dataplane == "vpp" else "",
                     etcd_image)
+
+
+def vpp_overlay(vpp_image: str, etcd_image: str) -> list[Doc]:
+    """k8s/overlays/vpp as `kubectl apply -k` sends it, changed where this machine differs: the
+    VPP container's image (the overlay's Containerfile installs FD.io's packages, which cannot
+    be fetched here), `UseTAPInterfaces: false` (no /dev/vhost-net in this kernel), the short
+    NodeRemovalGrace, the etcd image."""
+    docs = for_node(kustomize.render(ROOT / "k8s" / "overlays" / "vpp"), "vpp", "", etcd_image)
+    for doc in docs:
+        if doc["kind"] == "DaemonSet":
+            for c in doc["spec"]["template"]["spec"]["containers"]:
+                if c["name"] == "vpp":
+                    c["image"] = vpp_image
+    return docs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,11 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     if not conftest.KUBECONFIG:
         print("VSWITCH_TEST_KUBECONFIG is not set", file=sys.stderr)
         return 2
-    if args.dataplane == "vpp" and not conftest.VPP_SOCKET:
-        print("VSWITCH_TEST_VPP_SOCKET is not set", file=sys.stderr)
+    if args.dataplane == "vpp" and not (conftest.VPP_SOCKET or conftest.VPP_IMAGE):
+        print("neither VSWITCH_TEST_VPP_SOCKET nor VSWITCH_TEST_K8S_VPP_IMAGE is set",
+              file=sys.stderr)
         return 2
     kube = Kube(conftest.KUBECTL, conftest.KUBECONFIG, conftest.NODE_NETNS)
-    docs = system(args.dataplane, conftest.VPP_SOCKET, conftest.ETCD_IMAGE)
+    docs = system(args.dataplane, conftest.VPP_SOCKET, conftest.ETCD_IMAGE, conftest.VPP_IMAGE)
     if args.action == "delete":
         kube.delete([d for d in docs if d["kind"] in ("DaemonSet", "ConfigMap")])
         if args.dataplane == "kernel":
