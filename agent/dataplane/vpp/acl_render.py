@@ -131,7 +131,8 @@ def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPN
     nd = [ND_RULE]
     egress = [*(AclRule(PERMIT, _any(n), n, reason=NODE) for n in node), *nd]
     ingress = [*(AclRule(PERMIT, n, _any(n), reason=NODE) for n in node)]
-    ingress += [AclRule(PERMIT, h, _any(h), reason=JUDGED)
+    # reflect: the backend's replies go back to that node's IP, which its egress may not allow
+    ingress += [AclRule(PERMIT_REFLECT, h, _any(h), reason=JUDGED)
                 for h in (_host(a) for a in sorted(set(judged_nodes) - set(node_addresses)
                                                    - set(pod.node_addresses), key=_order))]
     ingress += [AclRule(PERMIT, h, _any(h), reason=SELF)
