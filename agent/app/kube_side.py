@@ -141,7 +141,9 @@ class KubeSide:
             return tuple(sorted(set(ips) - set(exempt), key=str))
 
         vpp = cfg.dataplane == "vpp"
-        renderers = [nft_renderer(NftPolicy(cfg.nat_table), other_nodes if vpp else tuple,
+        # the conntrack sweep off the apply path: a change or an ADD never waits for it
+        table = NftPolicy(cfg.nat_table, sweep_in_background=True)
+        renderers = [nft_renderer(table, other_nodes if vpp else tuple,
                                   remote=vpp)]
         if vpp:
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs

@@ -145,6 +145,27 @@ def test_established_connections_survive_an_allow_and_are_cut_by_a_deny(
                 h.close()
 
 
+def test_a_background_sweep_cuts_them_after_the_change_returns(node: Node) -> None:
+    # the agent's mode: a change (or a pod's ADD) never waits for the conntrack sweep
+    renderer = NftPolicy(sweep_in_background=True)
+    allow_a = policy("b-in", select="b", ingress=[{"from": [from_pod("a")]}])
+    also_c = policy("b-in-c", select="b", ingress=[{"from": [from_pod("c")]}])
+    renderer.apply(node.desired(allow_a))
+    with servers(node.netns["b"], node.ips["b"], (TCP,)):
+        held = [Held(node.netns["a"], addr, 8080) for addr in node.ips["b"]]
+        try:
+            assert all(h.echo() for h in held)
+            assert renderer.apply(node.desired(also_c)).conntrack_deleted == 0  # not waited for
+            deadline = time.monotonic() + 10
+            while renderer.swept < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert renderer.swept >= 2  # one per address family, by the sweeper
+            assert not any(h.echo() for h in held)
+        finally:
+            for h in held:
+                h.close()
+
+
 def test_apply_pod_isolates_from_the_first_packet(node: Node, renderer: NftPolicy) -> None:
     renderer.apply(node.desired(names=("a", "c")))  # b not yet known: an ADD brings it
     deny = policy("deny", select="b")

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.linux.netns import enter_netns
 from agent.linux.nft import NftError, run, table_lock
 from agent.linux.nftpolicy import conntrack, render
 from agent.linux.nftpolicy.render import DIRECTIONS, Dir, Installed, PodRules
@@ -42,9 +45,23 @@ class Applied:
 class NftPolicy:
     """The NetworkPolicy of this node's pods in nftables table `inet <table>`."""
 
-    def __init__(self, table: str = TABLE, *, sweep_conntrack: bool = True) -> None:
+    def __init__(self, table: str = TABLE, *, sweep_conntrack: bool = True,
+                 sweep_in_background: bool = False) -> None:
+        """`sweep_in_background`: the conntrack sweep of a change runs in a thread of its own,
+        after the change returns (the agent: a sweep reads the node's whole conntrack table, up
+        to seconds on a busy node, and must not hold up the next change or a pod's ADD);
+        `Applied.conntrack_deleted` is then 0 and `swept` counts what the thread deleted."""
         self.table = table
         self._sweep_conntrack = sweep_conntrack
+        self._background = sweep_in_background
+        self._pending: set[IPAddress] = set()
+        self._pending_cv = threading.Condition()
+        self._sweeper: threading.Thread | None = None
+        # the sweeper works in the namespace this object was made in (a thread starts in the
+        # process's): its descriptor, held while the object lives
+        self._netns_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY) \
+            if sweep_in_background else -1
+        self.swept = 0
         self._pods: dict[PodKey, PodRules] = {}
         self._now: Installed | None = None  # None: not read from the kernel yet
         self._base = False  # the base chain, maps and sets known to be in place
@@ -159,7 +176,32 @@ class NftPolicy:
     def _sweep(self, addresses: Sequence[IPAddress]) -> int:
         if not self._sweep_conntrack or not addresses:
             return 0
-        by_address = owners(self._pods)
+        if self._background:
+            with self._pending_cv:
+                self._pending.update(addresses)
+                if self._sweeper is None:
+                    self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True,
+                                                     name="conntrack-sweep")
+                    self._sweeper.start()
+                self._pending_cv.notify()
+            return 0
+        return self._sweep_now(addresses, owners(self._pods))
+
+    def _sweep_loop(self) -> None:
+        """The background sweeper: what changes queued, swept with the rules as they are
+        then (a later change queues its addresses again)."""
+        enter_netns(self._netns_fd)
+        while True:
+            with self._pending_cv:
+                while not self._pending:
+                    self._pending_cv.wait()
+                addresses, self._pending = sorted(self._pending, key=str), set()
+            with table_lock:
+                by_address = owners(self._pods)
+            self.swept += self._sweep_now(addresses, by_address)
+
+    def _sweep_now(self, addresses: Sequence[IPAddress],
+                   by_address: Mapping[IPAddress, PodRules]) -> int:
         try:
             return conntrack.sweep(addresses, lambda flow: allowed(by_address, flow))
         except Exception as exc:  # the rules stand: say what was left undone, go on
