@@ -175,12 +175,19 @@ def wait_verdict(src: Pod, dst: Pod, allowed: bool, limit: float = 30.0) -> None
 
 # --- the measurements ----------------------------------------------------------------------
 
+def conntrack_count() -> int:
+    """Tracked connections in this (the node's) namespace: what the agent's sweep reads."""
+    return int(Path("/proc/sys/net/netfilter/nf_conntrack_count").read_text())
+
+
 def enforcement(api: KubeApiServer, client: Pod, server: Pod, changes: int) -> dict[str, Any]:
     deny: list[float] = []
     allow: list[float] = []
+    tracked: list[int] = []
     missed = 0
     for _ in range(changes):
         for allowed in (False, True):
+            tracked.append(conntrack_count())
             if allowed:
                 delete_policy(api, "isolate-server")
             else:
@@ -193,7 +200,7 @@ def enforcement(api: KubeApiServer, client: Pod, server: Pod, changes: int) -> d
             else:
                 (allow if allowed else deny).append(took)
             time.sleep(0.2 + secrets.randbelow(200) / 1000)  # apart, at no fixed phase
-    return {"deny": deny, "allow": allow, "missed": missed}
+    return {"deny": deny, "allow": allow, "missed": missed, "conntrack": tracked}
 
 
 def _hist(h: agent_metrics.Histogram | None) -> dict[str, float]:
@@ -225,11 +232,13 @@ def add_latency(kubelet: Kubelet, agent: AgentHandle, live: list[int], measured:
     return out
 
 
-def packet_cost(client: Pod, server: Pod, seconds: int, pings: int) -> dict[str, float]:
+def packet_cost(client: Pod, server: Pod, seconds: int, pings: int) -> dict[str, Any]:
     tcp = _iperf(client.netns, server.netns, server.ip, [], seconds)
     ping = run_in(client.netns, "ping", "-q", "-c", str(pings), "-i", "0.01", server.ip).stdout
     rtt = re.search(r"= [\d.]+/([\d.]+)/", ping)
-    return {"tcp_gbps": tcp["end"]["sum_received"]["bits_per_second"] / 1e9,  # type: ignore[index]
+    end: Any = tcp["end"]
+    return {"tcp_gbps": end["sum_received"]["bits_per_second"] / 1e9,
+            "retransmits": end["sum_sent"].get("retransmits", -1),
             "rtt_ms": float(rtt.group(1)) if rtt else float("nan")}
 
 

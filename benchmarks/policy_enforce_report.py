@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 BEGIN = ("<!-- policy-enforce: begin (written by python -m benchmarks.policy_enforce; "
@@ -40,7 +41,8 @@ def _add_rows(dataplane: str, f: dict[str, Any]) -> list[str]:
 
 
 def _traffic_rows(dataplane: str, f: dict[str, Any]) -> list[str]:
-    return [f"| {dataplane} | {label} | {f[key]['tcp_gbps']:.2f} | {f[key]['rtt_ms']:.3f} |"
+    return [f"| {dataplane} | {label} | {f[key]['tcp_gbps']:.2f} | {f[key]['retransmits']} | "
+            f"{f[key]['rtt_ms']:.3f} |"
             for label, key in (("NetworkPolicy off (no API)", "traffic_off"),
                                ("on, server not isolated", "traffic_on"),
                                (f"on, server isolated: {f['rules']} rules, the client's last",
@@ -70,6 +72,10 @@ def section(f: dict[str, Any], command: str) -> str:
         "| dataplane | change | n | p50 ms | p90 ms | p99 ms | max ms | missed |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
         *(r for d in planes for r in _enforce_rows(d, f[d]["enforce"])), "",
+        "Tracked connections in the node's namespace before each change (what the agent's "
+        "conntrack sweep dumps; the probes add to them): " + ", ".join(
+            f"{d} median {statistics.median(f[d]['enforce']['conntrack']):.0f}, max "
+            f"{max(f[d]['enforce']['conntrack'])}" for d in planes) + ".", "",
         f"**ADD with NetworkPolicy on and off**: {a['measured']} pods added (each deleted "
         "again) with the given number of pods live; wall = the plugin's exec (median / slowest, "
         "ms); handler = the agent's ADD (mean of `vswitch_cni_request_seconds`); policy = the "
@@ -81,7 +87,8 @@ def section(f: dict[str, Any], command: str) -> str:
         f"**Per packet**, client -> server on the node: iperf3, one TCP stream for "
         f"{a['seconds']} s; ping RTT average of {a['pings']} pings 10 ms apart. Every rule but "
         "the last names another /16 and port, so the client's new connections walk them all.",
-        "", "| dataplane | setup | TCP Gbit/s | RTT ms |", "| --- | --- | --- | --- |",
+        "", "| dataplane | setup | TCP Gbit/s | retransmits | RTT ms |",
+        "| --- | --- | --- | --- | --- |",
         *(r for d in planes for r in _traffic_rows(d, f[d])),
     ]
     if "vpp_note" in f:
