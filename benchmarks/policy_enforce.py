@@ -5,7 +5,8 @@ VPP interfaces) is removed at the end, also on failure or Ctrl-C.
 
     VSWITCH_TEST_KUBE_APISERVER=/opt/kube/bin/kube-apiserver [VSWITCH_TEST_VPP_SOCKET=...] \\
         python3 -m benchmarks.policy_enforce [--changes 50] [--live 20,100] [--measured 20]
-            [--api-pods 300] [--api-policies 30] [--dataplanes kernel,vpp] [--out BENCHMARKS.md]
+            [--api-pods 300] [--api-policies 30] [--dataplanes kernel,vpp,vpp-l2]
+            [--probe-gap MS] [--note TEXT] [--json FILE] [--logs DIR] [--out BENCHMARKS.md]
 
 The setup (benchmarks/policy_cluster): a real kube-apiserver holding --api-pods Pods on other
 nodes and --api-policies NetworkPolicies (benchmarks.policy_compile's synthetic cluster), the
@@ -14,7 +15,8 @@ Pod objects, the real plugin's ADD, status IPs. The node's pods in namespace `be
 a server (TCP listener on 7070) and workers up to the first --live count; two standing policies
 select the workers (peers: a team's 100 pods, DNS, the internet), none selects client or server.
 
-Measured per dataplane:
+Measured per dataplane (kernel; vpp: `Dataplane: vpp`, veth + AF_PACKET, as deployed; vpp-l2:
+the same with `UseL2Interconnect: true`, whose pods keep IPv4 TSO):
 - enforcement: --changes times, a policy isolating the server (ingress from pods the client is
   not) created, then deleted. From the moment the POST / DELETE returns to the start of the first
   probe from the client's namespace that sees the new verdict: a TCP connect that gets no answer
@@ -113,14 +115,17 @@ def node_agent(tmp: Path, etcd: list[str], dataplane: str,
     and what it made removed: links, its nftables table, VPP's base configuration."""
     extra: dict[str, Any] = {"KubeConfig": str(api.kubeconfig(USER))} if api else {}
     vrf = 0
-    if dataplane == "vpp":
+    if dataplane.startswith("vpp"):
         vrf = 200 + secrets.randbelow(50) * 2
         extra |= isolated_config(os.environ[SOCKET_ENV], os.environ.get(API_DIR_ENV, ""),
                                  secrets.token_hex(2), vrf)
-    config = bench_agent_config(tmp, etcd, PodSubnets().take(), extra)
+        # vpp-l2: no VXLAN mesh, so the veth pods keep IPv4 TSO (docs/vpp.md)
+        extra["UseL2Interconnect"] = dataplane == "vpp-l2"
+    name = f"agent-{dataplane}-{'on' if api else 'off'}"
+    (tmp / name).mkdir()  # its own socket and state: a node of its own
+    config = bench_agent_config(tmp / name, etcd, PodSubnets().take(), extra)
     if vrf:
         config["IPAMConfig"] |= ipam_keys(vrf)
-    name = f"agent-{dataplane}-{'on' if api else 'off'}"
     agent = launch_agent(tmp, config, name)
     pod_network = ""
     try:
@@ -155,6 +160,7 @@ def connects(netns: str, addr: str, timeout: float) -> bool:
 
 
 DENY_TIMEOUT, ALLOW_TIMEOUT = 0.05, 0.01
+PROBE_GAP = [0.0]  # seconds between probes (--probe-gap)
 
 
 def verdict_after(t0: float, src: Pod, dst: Pod, allowed: bool, limit: float) -> float | None:
@@ -164,6 +170,7 @@ def verdict_after(t0: float, src: Pod, dst: Pod, allowed: bool, limit: float) ->
         start = time.monotonic()
         if connects(src.netns, dst.ip, timeout) == allowed:
             return (start - t0) * 1000
+        time.sleep(PROBE_GAP[0])
     return None
 
 
@@ -228,7 +235,8 @@ def add_latency(kubelet: Kubelet, agent: AgentHandle, live: list[int], measured:
         requests = agent_metrics.delta(before, after, agent_metrics.REQUESTS)
         out[str(target)] = {"wall": Summary.of(walls, "ms").to_json(),
                             "handler": _hist(requests.get("ADD")),
-                            "policy": _hist(phases.get("policy"))}
+                            "policy": _hist(phases.get("policy")),
+                            "phases": {k: _hist(h) for k, h in phases.items()}}
     return out
 
 
@@ -303,7 +311,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, spec in STANDING.items():
             create_policy(api, name, spec)
         for dataplane in args.dataplanes:
-            if dataplane == "vpp" and not os.path.exists(os.environ.get(SOCKET_ENV, "")):
+            if dataplane.startswith("vpp") and not os.path.exists(os.environ.get(SOCKET_ENV,
+                                                                                 "")):
                 figures["vpp_note"] = f"not measured: {SOCKET_ENV} names no VPP socket"
                 continue
             figures[dataplane] = run_dataplane(Path(tmp), api, etcd.endpoints, dataplane, args)
@@ -319,7 +328,11 @@ def main() -> None:
     parser.add_argument("--measured", type=int, default=20, help="ADDs measured per count")
     parser.add_argument("--api-pods", type=int, default=300)
     parser.add_argument("--api-policies", type=int, default=30)
-    parser.add_argument("--dataplanes", type=lambda s: s.split(","), default=["kernel", "vpp"])
+    parser.add_argument("--dataplanes", type=lambda s: s.split(","),
+                        default=["kernel", "vpp", "vpp-l2"],
+                        help="kernel, vpp (as deployed), vpp-l2 (UseL2Interconnect: pod TSO)")
+    parser.add_argument("--probe-gap", type=float, default=0.0,
+                        help="ms between enforcement probes (0: back to back)")
     parser.add_argument("--seconds", type=int, default=5, help="iperf3 duration")
     parser.add_argument("--pings", type=int, default=100)
     parser.add_argument("--note", default="", help="what else ran on the machine (the report)")
@@ -331,6 +344,7 @@ def main() -> None:
         parser.error("needs root: it creates network namespaces and links")
     if args.live[0] < 3:
         parser.error("--live: the first count must leave room for client, server and a worker")
+    PROBE_GAP[0] = args.probe_gap / 1000
     handler = interrupter(os.getpid())
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)

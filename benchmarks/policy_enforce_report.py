@@ -51,7 +51,7 @@ def _traffic_rows(dataplane: str, f: dict[str, Any]) -> list[str]:
 
 def section(f: dict[str, Any], command: str) -> str:
     a = f["args"]
-    planes = [d for d in ("kernel", "vpp") if d in f]
+    planes = [d for d in ("kernel", "vpp", "vpp-l2") if d in f]
     out = [
         BEGIN, "## NetworkPolicy on a node, end to end (issue #24)", "",
         f"Command: `{command}` (as root, VSWITCH_TEST_KUBE_APISERVER naming kube-apiserver "
@@ -63,11 +63,15 @@ def section(f: dict[str, Any], command: str) -> str:
         "(benchmarks.policy_compile's synthetic cluster), plus two standing policies on the "
         "node's workers; the real agent reading it as the shipped ClusterRole's user "
         "(`KubeConfig`); the benchmark as the node's kubelet (Pod objects, the real plugin's ADD "
-        "with K8S_POD_*, status IPs). How it measures: the module's docstring.", "",
+        "with K8S_POD_*, status IPs). How it measures: the module's docstring. Dataplanes: "
+        "kernel; vpp = `Dataplane: vpp`, veth + AF_PACKET, as deployed (the VXLAN node mesh, so "
+        "the pods' IPv4 TSO is off: docs/vpp.md); vpp-l2 = the same with `UseL2Interconnect: "
+        "true` (the pods keep TSO, as benchmarks.traffic's VPP rows).", "",
         f"**Change to enforcement**, {a['live'][0]} pods on the node, {a['changes']} times each: "
         "a policy isolating the server created (the client denied) and deleted (allowed again); "
         "ms from the API's answer to the POST / DELETE to the first probe that sees the new "
-        "verdict (denied: exact to under 1 ms; allowed: to 10 ms, the probes' timeout). "
+        "verdict (denied: exact to under 1 ms; allowed: to 10 ms, the probes' timeout; "
+        f"{a.get('probe_gap', 0):g} ms between probes). "
         "Nearest rank; missed = no verdict within 15 s.", "",
         "| dataplane | change | n | p50 ms | p90 ms | p99 ms | max ms | missed |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
