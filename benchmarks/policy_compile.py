@@ -15,8 +15,8 @@ Measured (wall clock, after a warm-up run):
 - parse: the JSON objects -> policy.model values (pod_from_k8s, ...);
 - compile, every pod: the whole cluster's rule sets (a cluster-wide controller's job);
 - compile, one node: one node's 50 pods, peers resolved from the whole cluster (an agent's job);
-and the size of the result (rules, CIDRs). Nothing here asserts speed. Writes its own section of
---out, between markers that benchmarks.run keeps.
+and the size of the result (rules, CIDRs). Nothing here asserts speed. With --out, also writes its
+own section of that file, between markers that benchmarks.run keeps.
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ def run(n_pods: int, n_policies: int, runs: int) -> dict[str, Any]:
             "rules": len(rules), "cidrs": sum(len(r.peers) for r in rules)}
 
 
-def section(f: dict[str, Any], runs: int, command: str, load: tuple[str, str]) -> str:
+def section(f: dict[str, Any], runs: int, command: str, load: tuple[str, str],
+            note: str = "") -> str:
     rows = [f"| {label} | {f[k]['min']:.1f} | {f[k]['median']:.1f} | {f[k]['p99']:.1f} |"
             for label, k in (("parse (JSON -> values)", "parse"),
                              ("compile, every pod", "compile_all"),
@@ -158,7 +159,7 @@ def section(f: dict[str, Any], runs: int, command: str, load: tuple[str, str]) -
         f"Command: `{command}`. {f['policies']} policies over {f['pods']} pods in "
         f"{f['namespaces']} namespaces on 100 nodes (the synthetic cluster of the module's "
         f"docstring), in process, no I/O; {runs} runs after a warm-up, wall clock. Load average "
-        f"{load[0]} at the start, {load[1]} at the end (2 shared cores). Result: "
+        f"{load[0]} at the start, {load[1]} at the end (2 shared cores). {note} Result: "
         f"{f['isolated_pods']} pods isolated, {f['rules']} rules, {f['cidrs']} CIDRs.", "",
         "| step | min ms | median ms | max ms |", "| --- | --- | --- | --- |", *rows, END, ""])
 
@@ -169,13 +170,16 @@ def main() -> None:
     parser.add_argument("--policies", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    parser.add_argument("--out", type=Path, help="write its section of this file "
+                        "(BENCHMARKS.md); without it, only printed")
+    parser.add_argument("--note", default="", help="what else ran on the machine (the report)")
     args = parser.parse_args()
     load_start = machine.loadavg()
     figures = run(args.pods, args.policies, args.runs)
-    command = " ".join(["python3 -m benchmarks.policy_compile", *sys.argv[1:]])
-    write_section(args.out, section(figures, args.runs, command, (load_start, machine.loadavg())),
-                  BEGIN, END)
+    if args.out:
+        command = " ".join(["python3 -m benchmarks.policy_compile", *sys.argv[1:]])
+        write_section(args.out, section(figures, args.runs, command,
+                                        (load_start, machine.loadavg()), args.note), BEGIN, END)
     print(f"{figures['policies']} policies over {figures['pods']} pods in "
           f"{figures['namespaces']} namespaces, {args.runs} runs after a warm-up:")
     for label, name in (("parse (JSON -> values)", "parse"), ("compile, every pod", "compile_all"),

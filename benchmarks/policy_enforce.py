@@ -218,6 +218,12 @@ def _hist(h: agent_metrics.Histogram | None) -> dict[str, float]:
             "p99_le_ms": h.quantile_bound(0.99) * 1000}
 
 
+def _calls(before: agent_metrics.Series, after: agent_metrics.Series) -> dict[str, float]:
+    """VPP API calls per message between two snapshots (none with the kernel dataplane)."""
+    calls = agent_metrics.delta(before, after, agent_metrics.VPP_CALLS)
+    return {k: h.count for k, h in sorted(calls.items(), key=lambda kv: -kv[1].count) if h.count}
+
+
 def add_latency(kubelet: Kubelet, agent: AgentHandle, live: list[int], measured: int
                 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -236,7 +242,8 @@ def add_latency(kubelet: Kubelet, agent: AgentHandle, live: list[int], measured:
         out[str(target)] = {"wall": Summary.of(walls, "ms").to_json(),
                             "handler": _hist(requests.get("ADD")),
                             "policy": _hist(phases.get("policy")),
-                            "phases": {k: _hist(h) for k, h in phases.items()}}
+                            "phases": {k: _hist(h) for k, h in phases.items()},
+                            "vpp_calls": _calls(before, after)}
     return out
 
 
@@ -277,7 +284,9 @@ def run_dataplane(tmp: Path, api: KubeApiServer, etcd: list[str], dataplane: str
             node_pods(kubelet, args.live[0] - 2) as (client, server, worker):
         wait_verdict(client, server, True)
         log(f"{dataplane}: {args.changes} x (policy created, deleted)")
+        before = agent_metrics.snapshot(agent)
         out["enforce"] = enforcement(api, client, server, args.changes)
+        out["enforce"]["vpp_calls"] = _calls(before, agent_metrics.snapshot(agent))
         log(f"{dataplane}: per packet, policy on")
         out["traffic_on"] = packet_cost(client, server, args.seconds, args.pings)
         create_policy(api, "many-rules", MANY_RULES)
