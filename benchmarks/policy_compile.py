@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -177,7 +178,7 @@ def main() -> None:
     load_start = machine.loadavg()
     figures = run(args.pods, args.policies, args.runs)
     if args.out:
-        command = " ".join(["python3 -m benchmarks.policy_compile", *sys.argv[1:]])
+        command = "python3 -m benchmarks.policy_compile " + shlex.join(sys.argv[1:])
         write_section(args.out, section(figures, args.runs, command,
                                         (load_start, machine.loadavg()), args.note), BEGIN, END)
     print(f"{figures['policies']} policies over {figures['pods']} pods in "

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import signal
 import socket
 import struct
@@ -360,7 +361,7 @@ def main() -> None:
     figures = run(args)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
-    text = section(figures, " ".join(["python3 -m benchmarks.policy_enforce", *sys.argv[1:]]))
+    text = section(figures, "python3 -m benchmarks.policy_enforce " + shlex.join(sys.argv[1:]))
     print(text)
     write_section(args.out, text, BEGIN, END)
 
