@@ -1,6 +1,7 @@
 """The policy compiler at scale: 1,000 NetworkPolicies over 5,000 pods, in process, no I/O.
 
     python3 -m benchmarks.policy_compile [--pods 5000] [--policies 1000] [--runs 5] [--json FILE]
+                                         [--out BENCHMARKS.md]
 
 The cluster is synthetic but shaped like a real one (seed fixed, so every run compiles the same
 input): 50 namespaces of 100 pods (10 apps x 10 replicas, labels app/tier/version, named ports
@@ -14,7 +15,8 @@ Measured (wall clock, after a warm-up run):
 - parse: the JSON objects -> policy.model values (pod_from_k8s, ...);
 - compile, every pod: the whole cluster's rule sets (a cluster-wide controller's job);
 - compile, one node: one node's 50 pods, peers resolved from the whole cluster (an agent's job);
-and the size of the result (rules, CIDRs). Nothing here asserts speed.
+and the size of the result (rules, CIDRs). Nothing here asserts speed. With --out, also writes its
+own section of that file, between markers that benchmarks.run keeps.
 """
 
 from __future__ import annotations
@@ -22,13 +24,20 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import machine
+from benchmarks.soak_report import write_section
 from benchmarks.stats import Summary
 from policy import compile_policies, namespace_from_k8s, pod_from_k8s, policy_from_k8s
 
+BEGIN = ("<!-- policy-compile: begin (written by python -m benchmarks.policy_compile; "
+         "benchmarks.run keeps it) -->")
+END = "<!-- policy-compile: end -->"
 TIERS = ["web", "api", "db", "cache"]
 Obj = dict[str, Any]
 
@@ -140,14 +149,38 @@ def run(n_pods: int, n_policies: int, runs: int) -> dict[str, Any]:
             "rules": len(rules), "cidrs": sum(len(r.peers) for r in rules)}
 
 
+def section(f: dict[str, Any], runs: int, command: str, load: tuple[str, str],
+            note: str = "") -> str:
+    rows = [f"| {label} | {f[k]['min']:.1f} | {f[k]['median']:.1f} | {f[k]['p99']:.1f} |"
+            for label, k in (("parse (JSON -> values)", "parse"),
+                             ("compile, every pod", "compile_all"),
+                             ("compile, one node's pods (an agent's apply)", "compile_one_node"))]
+    return "\n".join([
+        BEGIN, "## NetworkPolicy compiler at scale (issue #24)", "",
+        f"Command: `{command}`. {f['policies']} policies over {f['pods']} pods in "
+        f"{f['namespaces']} namespaces on 100 nodes (the synthetic cluster of the module's "
+        f"docstring), in process, no I/O; {runs} runs after a warm-up, wall clock. Load average "
+        f"{load[0]} at the start, {load[1]} at the end (2 shared cores). {note} Result: "
+        f"{f['isolated_pods']} pods isolated, {f['rules']} rules, {f['cidrs']} CIDRs.", "",
+        "| step | min ms | median ms | max ms |", "| --- | --- | --- | --- |", *rows, END, ""])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--policies", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--out", type=Path, help="write its section of this file "
+                        "(BENCHMARKS.md); without it, only printed")
+    parser.add_argument("--note", default="", help="what else ran on the machine (the report)")
     args = parser.parse_args()
+    load_start = machine.loadavg()
     figures = run(args.pods, args.policies, args.runs)
+    if args.out:
+        command = "python3 -m benchmarks.policy_compile " + shlex.join(sys.argv[1:])
+        write_section(args.out, section(figures, args.runs, command,
+                                        (load_start, machine.loadavg()), args.note), BEGIN, END)
     print(f"{figures['policies']} policies over {figures['pods']} pods in "
           f"{figures['namespaces']} namespaces, {args.runs} runs after a warm-up:")
     for label, name in (("parse (JSON -> values)", "parse"), ("compile, every pod", "compile_all"),

@@ -33,6 +33,8 @@ from benchmarks import (
     mesh_scale,
     nodeid,
     plugin_exec,
+    policy_compile,
+    policy_enforce_report,
     policy_kernel,
     restart,
     scale_add,
@@ -229,9 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)
     results = run(QUICK if args.quick else FULL, "quick" if args.quick else "full", command)
-    # the soak's and the kernel policy's sections are their own benchmarks' to write
-    kept = soak_report.kept_section(out) + soak_report.kept_section(
-        out, policy_kernel.BEGIN, policy_kernel.END)
+    # the soak's and the policy benchmarks' sections are their own benchmarks' to write
+    kept = soak_report.kept_section(out) + "".join(
+        soak_report.kept_section(out, m.BEGIN, m.END)
+        for m in (policy_kernel, policy_compile, policy_enforce_report))
     out.write_text(render(results) + (f"\n{kept}" if kept else ""))
     log(f"wrote {out} ({results.wall_s:.0f} s)")
     print(out)
