@@ -95,6 +95,11 @@ class PolicyController:
         self.remote_ingress = remote_ingress
         self._lock = threading.Lock()  # one apply or admit at a time: renderers are not shared
         self._installed: dict[AttachmentKey, Enforced] = {}
+        self._admitted: dict[AttachmentKey, PodRecord] = {}  # ADDs not in the records yet
+        self._version = 0  # counts admits and releases (apply_all plans outside the lock)
+        self._last: tuple[object, object] | None = None  # the last apply's input
+        self._forced = float("-inf")
+        self._changed_dataplane = False
         self._warnings: tuple[str, ...] = ()
         self._synced = False
         self.applies = 0
@@ -111,7 +116,10 @@ class PolicyController:
         self.loop.stop()
 
     def changed(self, kind: str = "") -> None:
-        """The cache changed (called in the watch's thread): apply soon."""
+        """The cache changed (called in the watch's thread): apply soon; "dataplane" (VPP
+        reconnected: its ACLs are gone) makes the next apply a forced one."""
+        if kind == "dataplane":
+            self._changed_dataplane = True
         self.loop.wake()
 
     def run_once(self) -> None:
@@ -124,24 +132,52 @@ class PolicyController:
             time.sleep(self.debounce)  # a burst of events (a rollout) becomes one apply
         self.apply_all()
 
-    def apply_all(self) -> None:
-        """Compiles every local attachment's rules and gives them to every renderer."""
+    def apply_all(self, force: bool = False) -> None:
+        """Compiles every local attachment's rules and gives them to every renderer: when they
+        differ from the last apply's, or `force`, or the last forced one is `resync` seconds
+        old (what someone changed behind the agent's back, a restarted VPP). The compile runs
+        outside the lock, so an ADD's `admit` waits only for the renderers' part."""
+        while True:
+            version = self._version
+            plan = self._plan()
+            with self._lock:
+                if version != self._version:
+                    continue  # an ADD or DEL came in between: plan again with it
+                desired, remote, warnings = plan
+                now = time.monotonic()
+                force = force or self._changed_dataplane or \
+                    now - self._forced >= self.loop.interval
+                if not force and (desired, remote) == self._last:
+                    return  # a change elsewhere in the cluster that changes nothing here
+                for renderer in self.renderers:
+                    renderer.apply(desired, remote)
+                self._installed, self._last = desired, (desired, remote)
+                if force:
+                    self._forced, self._changed_dataplane = now, False
+                self._warnings = warnings
+                self.applies += 1
+                self.last_apply = time.time()
+                return
+
+    def _plan(self) -> tuple[dict[AttachmentKey, Enforced], dict[K8sPod, RemotePod] | None,
+                             tuple[str, ...]]:
+        """What the renderers should hold: the records' attachments, plus those admitted by an
+        ADD whose record is not committed yet (a full apply must not take their rules away)."""
         records = [r for r in self._records() if record_pod(r) is not None]
+        known = {r.key for r in records}
         with self._lock:
-            local = {record_pod(r) for r in records}
-            compiled = self._compile(records, None if self.remote_ingress else local)
-            desired: dict[AttachmentKey, Enforced] = {}
-            for record in records:
-                enforced = self._enforced(record, compiled)
-                if enforced is not None:
-                    desired[record.key] = enforced
-            remote = self._remote(compiled, local) if self.remote_ingress else None
-            for renderer in self.renderers:
-                renderer.apply(desired, remote)
-            self._installed = desired
-            self._warnings = compiled.warnings
-            self.applies += 1
-            self.last_apply = time.time()
+            for key in [k for k in self._admitted if k in known]:
+                del self._admitted[key]
+            records += list(self._admitted.values())
+        local = {record_pod(r) for r in records}
+        compiled = self._compile(records, None if self.remote_ingress else local)
+        desired: dict[AttachmentKey, Enforced] = {}
+        for record in records:
+            enforced = self._enforced(record, compiled)
+            if enforced is not None:
+                desired[record.key] = enforced
+        remote = self._remote(compiled, local) if self.remote_ingress else None
+        return desired, remote, compiled.warnings
 
     # ---- the request path ------------------------------------------------------------------
 
@@ -167,11 +203,17 @@ class PolicyController:
             for renderer in self.renderers:
                 renderer.apply_one(enforced)
             self._installed[record.key] = enforced
+            self._admitted[record.key] = record
+            self._version += 1
+            self._last = None
 
     def release(self, key: AttachmentKey) -> None:
         """Removes one attachment's rules (a DEL, or an ADD's undo); idempotent."""
         with self._lock:
             self._installed.pop(key, None)
+            self._admitted.pop(key, None)
+            self._version += 1
+            self._last = None
             for renderer in self.renderers:
                 renderer.remove_one(key)
 

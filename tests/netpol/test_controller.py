@@ -228,3 +228,33 @@ def test_remote_ingress_gives_other_nodes_isolated_pods() -> None:
     plain = Recorder()
     controller(cache, [record("mine", "10.0.1.5")], plain).run_once()
     assert plain.remote == {}
+
+
+def test_an_apply_that_changes_nothing_sends_nothing_unless_forced() -> None:
+    cache = Cache()
+    cache.policy_list = [policy_from_k8s(policy("a", "deny"))]
+    renderer = Recorder()
+    ctl = controller(cache, [record("db", "10.0.1.5")], renderer)
+    ctl.apply_all()
+    ctl.apply_all()  # a change elsewhere in the cluster: the same rules here
+    assert renderer.calls == ["apply"]
+    ctl.changed("dataplane")  # VPP reconnected: its ACLs are gone
+    ctl.apply_all()
+    ctl.apply_all(force=True)
+    assert renderer.calls == ["apply", "apply", "apply"]
+
+
+def test_a_full_apply_during_an_add_keeps_the_new_pods_rules() -> None:
+    cache = Cache()
+    cache.policy_list = [policy_from_k8s(policy("a", "deny"))]
+    renderer = Recorder()
+    records: list[PodRecord] = []
+    ctl = PolicyController(cache, [renderer], "n1", lambda: [NODE_IP], lambda: list(records),
+                           debounce=0, sync_wait=0)
+    new = record("db", "10.0.1.5")
+    ctl.admit(new)  # the ADD goes on (podside, commit): its record is not known yet
+    ctl.apply_all()
+    assert list(renderer.state) == [new.key] and renderer.state[new.key].isolated
+    records.append(new)  # committed
+    ctl.apply_all()
+    assert list(renderer.state) == [new.key]
