@@ -31,6 +31,7 @@ from agent.kube.api import KubeApi
 from agent.kube.objects import NODES, KubeError, NodeError, node_from_k8s
 from agent.kube.reflector import KubeState
 from agent.linux.nftpolicy import NftPolicy, PodRules
+from agent.model.errors import InvalidConfig
 from agent.model.pod import PodRecord
 from agent.netpol.controller import PolicyController
 from agent.netpol.perpod import PerPod, merged_addresses
@@ -131,9 +132,16 @@ class KubeSide:
                      "in a pod with its service account)")
             return None
         woken: list[PolicyController] = []  # the cache wakes the controller made after it
-        kube = KubeState(source or None, registry=metrics.registry,
-                         on_change=lambda kind: woken[0].changed(kind) if woken else None)
+        try:
+            kube = KubeState(source or None, registry=metrics.registry,
+                             on_change=lambda kind: woken[0].changed(kind) if woken else None)
+        except KubeError as exc:  # an unreadable kubeconfig or service account: said, no trace
+            where = f"KubeConfig {cfg.kube_config}" if source else "the pod's service account"
+            raise InvalidConfig(f"cannot read the Kubernetes API's config from {where}: {exc}",
+                                "fix KubeConfig, or remove it to run without NetworkPolicy"
+                                ) from exc
         exempt = node_addresses(networks, node_ip, cfg.dataplane)
+
         def other_nodes() -> tuple[IPAddress, ...]:
             """Every Node's InternalIP but this node's: with VPP, the sources of Service
             connections other nodes judged and then masqueraded (agent/linux/hostnat)."""
