@@ -43,7 +43,7 @@ def kube_api() -> Iterator[KubeApiServer]:
     path = binary()
     if path is None:
         raise RuntimeError(f"{ENV} is unset: name a kube-apiserver binary "
-                           "(e.g. /opt/kube/bin/kube-apiserver)")
+                           "(e.g. $KUBE_BIN/kube-apiserver)")
     with EtcdServer(extra=("--experimental-watch-progress-notify-interval=1s",)) as etcd, \
             KubeApiServer(path, etcd.endpoints, users=(USER,)) as api:
         docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]

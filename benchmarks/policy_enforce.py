@@ -3,7 +3,7 @@ adds to a CNI ADD, and what it costs a packet; kernel dataplane, and VPP's when 
 As root; everything it makes (API server and etcds, agents, namespaces, links, nftables tables,
 VPP interfaces) is removed at the end, also on failure or Ctrl-C.
 
-    VSWITCH_TEST_KUBE_APISERVER=/opt/kube/bin/kube-apiserver [VSWITCH_TEST_VPP_SOCKET=...] \\
+    VSWITCH_TEST_KUBE_APISERVER=$KUBE_BIN/kube-apiserver [VSWITCH_TEST_VPP_SOCKET=...] \\
         python3 -m benchmarks.policy_enforce [--changes 50] [--live 20,100] [--measured 20]
             [--api-pods 300] [--api-policies 30] [--dataplanes kernel,vpp,vpp-l2]
             [--probe-gap MS] [--note TEXT] [--json FILE] [--logs DIR] [--out BENCHMARKS.md]

@@ -31,7 +31,7 @@ PROGRESS = ("--experimental-watch-progress-notify-interval=1s",)
 
 needs_apiserver = pytest.mark.skipif(
     binary() is None, reason=f"{ENV} is unset: no kube-apiserver binary to run the reflector "
-    "against (e.g. /opt/kube/bin/kube-apiserver, built from Kubernetes v1.28)")
+    "against (e.g. $KUBE_BIN/kube-apiserver, built from Kubernetes v1.28)")
 
 
 def shipped_role() -> dict[str, Any]:
