@@ -40,19 +40,17 @@ def of_network(net: IPNetwork) -> AddressSet:
 
 def normalize(intervals: Iterable[Interval]) -> AddressSet:
     """The canonical form of any intervals: sorted, overlapping and adjacent ones merged."""
-    out: list[Interval] = []
-    for first, last in sorted(intervals):
-        if out and first <= out[-1][1] + 1:
-            if last > out[-1][1]:
-                out[-1] = (out[-1][0], last)
-        else:
-            out.append((first, last))
-    return tuple(out)
+    return _merged(sorted(intervals))
 
 
 def union(sets: Iterable[AddressSet]) -> AddressSet:
+    return _merged(heapq.merge(*sets))  # each set is sorted already
+
+
+def _merged(ordered: Iterable[Interval]) -> AddressSet:
+    """Intervals in order of their first address, overlapping and adjacent ones merged."""
     out: list[Interval] = []
-    for first, last in heapq.merge(*sets):  # each set is sorted already
+    for first, last in ordered:
         if out and first <= out[-1][1] + 1:
             if last > out[-1][1]:
                 out[-1] = (out[-1][0], last)

@@ -177,6 +177,17 @@ def start_agent(
     )
 
 
+def exit_at_start(workdir: Path, config: dict[str, Any],
+                  timeout: float = 60.0) -> tuple[int, str]:
+    """Starts the agent of `config`, expected to refuse to start: its exit code and its log."""
+    agent = start_agent(workdir, config)
+    try:
+        code = agent.process.wait(timeout=timeout)
+    finally:
+        agent.stop()
+    return code, agent.log()
+
+
 @contextmanager
 def running_agent(
     tmp_path: Path,

@@ -116,9 +116,11 @@ class KubeSide:
     """The Kubernetes cache, the NetworkPolicy controller, the node collector (once the node
     is in the registry), their metrics."""
 
-    def __init__(self, kube: KubeState, controller: PolicyController) -> None:
+    def __init__(self, kube: KubeState, controller: PolicyController,
+                 table: NftPolicy | None = None) -> None:
         self.kube = kube
         self.controller = controller
+        self.table = table
         self.collector: SupervisedLoop | None = None
 
     @classmethod
@@ -161,7 +163,7 @@ class KubeSide:
         controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records,
                                       remote_ingress=vpp)
         woken.append(controller)
-        side = cls(kube, controller)
+        side = cls(kube, controller, table)
         side._gauges(metrics)
         log.info("NetworkPolicy on: Kubernetes API %s, rendered by %s", kube.api.server,
                  ", ".join(r.name for r in renderers))
@@ -188,6 +190,8 @@ class KubeSide:
             self.collector.stop()
         self.controller.stop()
         self.kube.stop()
+        if self.table is not None:
+            self.table.close()
 
     def _gauges(self, metrics: Metrics) -> None:
         def allowed(index: int) -> list[tuple[tuple[str], float]]:

@@ -64,6 +64,16 @@ def _status_error(response: httpx2.Response, what: str) -> KubeError:
                      response.status_code)
 
 
+def _json_body(response: httpx2.Response, what: str) -> Any:
+    """The decoded body of a 200 answer; KubeError naming `what` for any other."""
+    if response.status_code != 200:
+        raise _status_error(response, what)
+    try:
+        return json.loads(response.content)
+    except ValueError as exc:
+        raise KubeError(f"{what}: a body that is no JSON: {exc}") from exc
+
+
 class WatchResponse:
     """An open watch: its lines, decoded, and `abort()`, which ends a blocked read from any
     thread at once (the socket is shut down; closing an httpx response alone does not wake a
@@ -144,12 +154,7 @@ class KubeApi:
         timeout = httpx2.Timeout(self.request_timeout, connect=self.connect_timeout)
         while True:
             response = self._send(path, params, timeout)
-            if response.status_code != 200:
-                raise _status_error(response, f"LIST {path}")
-            try:
-                body = json.loads(response.content)
-            except ValueError as exc:
-                raise KubeError(f"LIST {path}: a body that is no JSON: {exc}") from exc
+            body = _json_body(response, f"LIST {path}")
             items += [i for i in body.get("items") or () if isinstance(i, dict)]
             more = (body.get("metadata") or {}).get("continue")
             if not more:
@@ -161,12 +166,7 @@ class KubeApi:
         response = self._send(path, {}, httpx2.Timeout(timeout))
         if response.status_code == 404:
             return None
-        if response.status_code != 200:
-            raise _status_error(response, f"GET {path}")
-        try:
-            body = json.loads(response.content)
-        except ValueError as exc:
-            raise KubeError(f"GET {path}: a body that is no JSON: {exc}") from exc
+        body = _json_body(response, f"GET {path}")
         if not isinstance(body, dict):
             raise KubeError(f"GET {path}: not an object")
         return body

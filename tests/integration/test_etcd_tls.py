@@ -38,6 +38,7 @@ import pytest
 from testbed.agent import (
     AgentHandle,
     agent_config,
+    exit_at_start,
     net_config,
     run_plugin,
     running_agent,
@@ -153,12 +154,7 @@ def test_bad_tls_files_are_refused_at_start_naming_the_file(
         del config[key]
     else:
         config[key] = path
-    agent = start_agent(tmp_path, config)
-    try:
-        code = agent.process.wait(timeout=60)
-    finally:
-        agent.stop()
-    log = agent.log()
+    code, log = exit_at_start(tmp_path, config)
     assert code == 2, log
     assert "refusing to start" in log and reason in log, log
     assert ("'EtcdCertFile'" if path is None else f"'{key}'") in log, log

@@ -72,24 +72,24 @@ class Clients:
     def where(self, client: str) -> str:
         return CLIENTS[client][0]
 
+    def _get(self, client: str, path: str, host: str, port: int, nc: str) -> str | None:
+        """`GET path` from inside `client` to host:port; the answer, None when none came."""
+        try:
+            return self.kube.exec(self.where(client), client,
+                                  f"{REQUEST.format(path=path)} | {nc} {host} {port}", timeout=30)
+        except KubeError:
+            return None
+
     def tcp(self, client: str, host: str, port: int = PORT) -> bool:
         """An HTTP exchange from `client` to host:port answered by a netexec."""
-        try:
-            out = self.kube.exec(self.where(client), client,
-                                 f"{REQUEST.format(path='/hostname')} | {NC_SHORT} {host} {port}",
-                                 timeout=30)
-        except KubeError:
-            return False
-        return " 200 " in out.split("\n", 1)[0]
+        out = self._get(client, "/hostname", host, port, NC_SHORT)
+        return out is not None and " 200 " in out.split("\n", 1)[0]
 
     def udp(self, client: str, host: str, port: int = UDP_PORT) -> bool:
         """A UDP exchange from `client` (its netexec's /dial) answered by host:port."""
         path = f"/dial?request=hostname&protocol=udp&host={host}&port={port}&tries=1"
-        try:
-            out = self.kube.exec(self.where(client), client,
-                                 f"{REQUEST.format(path=path)} | {NC} 127.0.0.1 {PORT}",
-                                 timeout=30)
-        except KubeError:
+        out = self._get(client, path, "127.0.0.1", PORT, NC)
+        if out is None:
             return False
         body = out.replace("\r\n", "\n").partition("\n\n")[2]
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from testbed.agent import agent_config, start_agent
+from testbed.agent import agent_config, exit_at_start
 
 
 def test_an_unreadable_kubeconfig_is_refused_at_start(tmp_path: Path,
@@ -18,12 +18,7 @@ def test_an_unreadable_kubeconfig_is_refused_at_start(tmp_path: Path,
     config = agent_config(tmp_path, etcd_endpoints, pod_subnet="10.78.0.0/16",
                           node_name="kubeconfig-refused",
                           extra_config={"KubeConfig": str(bad)})
-    agent = start_agent(tmp_path, config)
-    try:
-        code = agent.process.wait(timeout=60)
-    finally:
-        agent.stop()
-    log = agent.log()
+    code, log = exit_at_start(tmp_path, config)
     assert code == 2, log
     assert "'KubeConfig'" in log and str(bad) in log and "NetworkPolicy" in log, log
     assert "Traceback" not in log

@@ -25,6 +25,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from agent.linux.nftpolicy import NftPolicy
 from testbed.netns import named_netns, ping, run_in, unique
@@ -124,46 +126,50 @@ def test_pod_to_pod_passes_the_sources_egress_and_the_destinations_ingress(
         check(node, {("a", "b", TCP): False, ("a", "c", TCP): True, ("c", "b", TCP): True})
 
 
-def test_established_connections_survive_an_allow_and_are_cut_by_a_deny(
-        node: Node, renderer: NftPolicy) -> None:
-    allow_a = policy("b-in", select="b", ingress=[{"from": [from_pod("a")]}])
-    also_c = policy("b-in-c", select="b", ingress=[{"from": [from_pod("c")]}])
-    renderer.apply(node.desired(allow_a))
+ALLOW_A = policy("b-in", select="b", ingress=[{"from": [from_pod("a")]}])
+ALSO_C = policy("b-in-c", select="b", ingress=[{"from": [from_pod("c")]}])
+
+
+@contextmanager
+def held_a_to_b(node: Node) -> Iterator[list[Held]]:
+    """TCP connections from a to each of b's addresses, held open for the block."""
     with servers(node.netns["b"], node.ips["b"], (TCP,)):
         held = [Held(node.netns["a"], addr, 8080) for addr in node.ips["b"]]
         try:
             assert all(h.echo() for h in held)
-            applied = renderer.apply(node.desired(allow_a, also_c))
-            assert applied.conntrack_deleted == 0
-            assert all(h.echo() for h in held)  # still allowed: untouched
-            applied = renderer.apply(node.desired(also_c))  # a is no longer allowed
-            assert applied.conntrack_deleted >= 2, applied  # one per address family
-            assert not any(h.echo() for h in held)
-            check(node, {("a", "b", TCP): False, ("c", "b", TCP): True})
+            yield held
         finally:
             for h in held:
                 h.close()
+
+
+def test_established_connections_survive_an_allow_and_are_cut_by_a_deny(
+        node: Node, renderer: NftPolicy) -> None:
+    renderer.apply(node.desired(ALLOW_A))
+    with held_a_to_b(node) as held:
+        applied = renderer.apply(node.desired(ALLOW_A, ALSO_C))
+        assert applied.conntrack_deleted == 0
+        assert all(h.echo() for h in held)  # still allowed: untouched
+        applied = renderer.apply(node.desired(ALSO_C))  # a is no longer allowed
+        assert applied.conntrack_deleted >= 2, applied  # one per address family
+        assert not any(h.echo() for h in held)
+        check(node, {("a", "b", TCP): False, ("c", "b", TCP): True})
 
 
 def test_a_background_sweep_cuts_them_after_the_change_returns(node: Node) -> None:
     # the agent's mode: a change (or a pod's ADD) never waits for the conntrack sweep
     renderer = NftPolicy(sweep_in_background=True)
-    allow_a = policy("b-in", select="b", ingress=[{"from": [from_pod("a")]}])
-    also_c = policy("b-in-c", select="b", ingress=[{"from": [from_pod("c")]}])
-    renderer.apply(node.desired(allow_a))
-    with servers(node.netns["b"], node.ips["b"], (TCP,)):
-        held = [Held(node.netns["a"], addr, 8080) for addr in node.ips["b"]]
-        try:
-            assert all(h.echo() for h in held)
-            assert renderer.apply(node.desired(also_c)).conntrack_deleted == 0  # not waited for
+    try:
+        renderer.apply(node.desired(ALLOW_A))
+        with held_a_to_b(node) as held:
+            assert renderer.apply(node.desired(ALSO_C)).conntrack_deleted == 0  # not waited for
             deadline = time.monotonic() + 10
             while renderer.swept < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert renderer.swept >= 2  # one per address family, by the sweeper
             assert not any(h.echo() for h in held)
-        finally:
-            for h in held:
-                h.close()
+    finally:
+        renderer.close()
 
 
 def test_apply_pod_isolates_from_the_first_packet(node: Node, renderer: NftPolicy) -> None:

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,17 +57,23 @@ def wait_until(what: str, done: object, timeout: float = 20.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def vpp_agent_config(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, node: str,
+                     links: str) -> dict[str, Any]:
+    """An agent on the fake VPP (veth + AF_PACKET), its node name and VPP-host links unique."""
+    suffix = secrets.token_hex(2)
+    return agent_config(tmp_path, etcd_endpoints, pod_subnet=SUBNET,
+                        node_name=f"{node}-{suffix}", extra_config={
+                            "Dataplane": "vpp", "VPPAPISocket": fake.socket_path,
+                            "VPPAPIDir": API_DIR, "UseTAPInterfaces": False,
+                            "VPPHostInterface": f"{links}{suffix}h",
+                            "VPPHostPeerInterface": f"{links}{suffix}v"})
+
+
 @pytest.mark.parametrize("interrupted", ["agent down", *VPP_DEL_POINTS])
 def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
     tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, interrupted: str
 ) -> None:
-    suffix = secrets.token_hex(2)
-    config = agent_config(tmp_path, etcd_endpoints, pod_subnet=SUBNET,
-                          node_name=f"delorder-{suffix}", extra_config={
-                              "Dataplane": "vpp", "VPPAPISocket": fake.socket_path,
-                              "VPPAPIDir": API_DIR, "UseTAPInterfaces": False,
-                              "VPPHostInterface": f"vso{suffix}h",
-                              "VPPHostPeerInterface": f"vso{suffix}v"})
+    config = vpp_agent_config(tmp_path, etcd_endpoints, fake, "delorder", "vso")
     cid = f"c{secrets.token_hex(8)}"
     key = PodKey(cid, "eth0")
     host, parked = names.veth_host_ifname(key), parked_name(cid, "eth0")
@@ -115,13 +122,7 @@ def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
 def test_teardown_removes_a_live_pods_vpp_interface_before_its_veth(
     tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP
 ) -> None:
-    suffix = secrets.token_hex(2)
-    config = agent_config(tmp_path, etcd_endpoints, pod_subnet=SUBNET,
-                          node_name=f"teardown-{suffix}", extra_config={
-                              "Dataplane": "vpp", "VPPAPISocket": fake.socket_path,
-                              "VPPAPIDir": API_DIR, "UseTAPInterfaces": False,
-                              "VPPHostInterface": f"vsq{suffix}h",
-                              "VPPHostPeerInterface": f"vsq{suffix}v"})
+    config = vpp_agent_config(tmp_path, etcd_endpoints, fake, "teardown", "vsq")
     cid = f"c{secrets.token_hex(8)}"
     key = PodKey(cid, "eth0")
     handle = start_agent(tmp_path, config)

@@ -61,6 +61,7 @@ class NftPolicy:
         # process's): its descriptor, held while the object lives
         self._netns_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY) \
             if sweep_in_background else -1
+        self._closing = False
         self.swept = 0
         self._pods: dict[PodKey, PodRules] = {}
         self._now: Installed | None = None  # None: not read from the kernel yet
@@ -187,14 +188,27 @@ class NftPolicy:
             return 0
         return self._sweep_now(addresses, owners(self._pods))
 
+    def close(self) -> None:
+        """Ends the background sweeper (a sweep under way finishes first); the rules stay."""
+        with self._pending_cv:
+            self._closing = True
+            self._pending_cv.notify()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=10)
+        if self._netns_fd >= 0:
+            os.close(self._netns_fd)
+            self._netns_fd = -1
+
     def _sweep_loop(self) -> None:
         """The background sweeper: what changes queued, swept with the rules as they are
         then (a later change queues its addresses again)."""
         enter_netns(self._netns_fd)
         while True:
             with self._pending_cv:
-                while not self._pending:
+                while not self._pending and not self._closing:
                     self._pending_cv.wait()
+                if self._closing:
+                    return
                 addresses, self._pending = sorted(self._pending, key=str), set()
             with table_lock:
                 by_address = owners(self._pods)
