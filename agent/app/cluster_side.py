@@ -104,8 +104,9 @@ class ClusterSide:
 
 
 def _mesh(cfg: AgentConfig, networks: NodeNetworks, dataplane: Any) -> KernelMesh | VppNodeMesh:
-    """The mesh of the configured dataplane (kernel: KernelMesh; vpp: VPP's VXLAN mesh over
-    Linux routes, or Linux routes alone with UseL2Interconnect)."""
+    """The mesh of the configured dataplane: Linux's (VXLAN device, or routes alone with
+    UseL2Interconnect) for both dataplanes; with `VXLANOwner: vpp`, VPP's own VXLAN tunnels
+    riding on Linux routes to the remote VPP-host subnets."""
     if cfg.dataplane == "kernel":
         return KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
                           l2_interconnect=cfg.use_l2_interconnect)
@@ -116,17 +117,21 @@ def _mesh(cfg: AgentConfig, networks: NodeNetworks, dataplane: Any) -> KernelMes
 
     if not isinstance(dataplane, VppDataplane):
         raise TypeError(f"the {cfg.dataplane} mesh needs the VPP driver, got {dataplane!r}")
-    linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
-                       route_vpp_host=not cfg.use_l2_interconnect)
-    if cfg.use_l2_interconnect:
-        return VppNodeMesh(dataplane, linux, None, cfg.mtu)
+    # Whichever way is configured, VPP's own mesh objects are removed when not wanted (a node
+    # switched from VXLANOwner vpp to linux keeps no tunnel or BVI beside Linux's device).
+    vpp = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
+                  cfg.vxlan_vni)
+    if not cfg.vxlan_in_vpp:
+        linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
+                           l2_interconnect=cfg.use_l2_interconnect)
+        return VppNodeMesh(dataplane, linux, None, cfg.mtu, stale=vpp)
     if cfg.main_vrf_id == cfg.pod_vrf_id:
         # The pod VRF routes remote VPP-host subnets into the tunnels, whose own packets (to
         # those subnets) are routed in the main VRF: one table would loop them.
         raise InvalidConfig(
-            f"MainVRFID and PodVRFID are both {cfg.main_vrf_id}: the VPP node mesh needs two",
-            "give PodVRFID another table ID (default 1), or set UseL2Interconnect: true",
+            f"MainVRFID and PodVRFID are both {cfg.main_vrf_id}: VPP's VXLAN mesh needs two",
+            "give PodVRFID another table ID (default 1), or set VXLANOwner: linux",
         )
-    vpp = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
-                  cfg.vxlan_vni)
+    linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
+                       route_vpp_host=True)
     return VppNodeMesh(dataplane, linux, vpp, cfg.mtu)

@@ -70,6 +70,9 @@ class AgentConfig:
     nat_table: str = "vswitch-cni"
     vxlan_interface: str = "vxlan-vsw"
     vxlan_vni: int = 10
+    # who encapsulates the VPP dataplane's mesh traffic: Linux's VXLAN device (the kernel
+    # mesh), or VPP's own tunnels (docs/vpp.md, "The node mesh in VPP")
+    vxlan_owner: str = "linux"
     kube_config: str = ""  # "": the pod's service account when in a pod, else no API
     node_removal_grace: int = 300  # seconds a node may lack its Node before it is freed
     # Contiv's.
@@ -84,6 +87,13 @@ class AgentConfig:
     use_l2_interconnect: bool = False
     ipam: IPAMConfig = field(default_factory=IPAMConfig)
     warnings: tuple[str, ...] = ()
+
+    @property
+    def vxlan_in_vpp(self) -> bool:
+        """True when VPP's own VXLAN tunnels carry the mesh (`Dataplane: vpp`, `VXLANOwner:
+        vpp`, no L2 interconnect); otherwise Linux carries every node's mesh traffic."""
+        return (self.dataplane == "vpp" and self.vxlan_owner == "vpp"
+                and not self.use_l2_interconnect)
 
     @property
     def etcd_tls(self) -> EtcdTLS | None:
@@ -190,6 +200,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("UseL2Interconnect", "use_l2_interconnect", parsers.boolean),
         ("VXLANInterface", "vxlan_interface", parsers.ifname),
         ("VXLANVNI", "vxlan_vni", parsers.int_range(1, 2**24 - 1)),
+        ("VXLANOwner", "vxlan_owner", parsers.vxlan_owner),
         ("KubeConfig", "kube_config", parsers.abs_path),
         ("NodeRemovalGrace", "node_removal_grace", parsers.int_range(0, 7 * 24 * 3600)),
     ]

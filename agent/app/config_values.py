@@ -201,6 +201,12 @@ def dataplane(key: str, v: object) -> str:
     return str(v)
 
 
+def vxlan_owner(key: str, v: object) -> str:
+    if v not in ("linux", "vpp"):
+        raise ConfigError(key, v, "must be 'linux' or 'vpp'")
+    return str(v)
+
+
 def ifname(key: str, v: object) -> str:
     s = nonempty_str(key, v)
     bad = len(s.encode()) > 15 or s in (".", "..") or any(c in "/:" or c.isspace() for c in s)

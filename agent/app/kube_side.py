@@ -38,7 +38,7 @@ from agent.netpol.perpod import PerPod, merged_addresses
 from agent.netpol.types import Counts, Enforced, RemotePod
 from agent.state.registry import Registry
 from ipam import NodeNetworks
-from policy.model import IPAddress
+from policy.model import IPAddress, IPNetwork
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ def node_addresses(networks: NodeNetworks, node_ip: str, dataplane: str) -> list
     return list(dict.fromkeys(out))
 
 
-def nft_renderer(table: NftPolicy, judged: Callable[[], tuple[IPAddress, ...]] = tuple,
+def nft_renderer(table: NftPolicy,
+                 judged: Callable[[], tuple[IPAddress | IPNetwork, ...]] = tuple,
                  remote: bool = False) -> PerPod:
     """`judged`: sources allowed in besides the node's (other nodes' IPs with VPP, see
     agent/linux/nftpolicy/render.PodRules); `remote`: other nodes' ingress-isolated pods get
@@ -144,11 +145,15 @@ class KubeSide:
                                 ) from exc
         exempt = node_addresses(networks, node_ip, cfg.dataplane)
 
-        def other_nodes() -> tuple[IPAddress, ...]:
+        # With Linux's VXLAN mesh the masquerade towards another node's pod picks the VXLAN
+        # device's address: every node's is in VxlanCIDR, a range only nodes hold.
+        overlay = () if cfg.vxlan_in_vpp else (cfg.ipam.vxlan_cidr,)
+
+        def other_nodes() -> tuple[IPAddress | IPNetwork, ...]:
             """Every Node's InternalIP but this node's: with VPP, the sources of Service
             connections other nodes judged and then masqueraded (agent/linux/hostnat)."""
             ips = (ip for node in kube.nodes().values() for ip in node.internal_ips)
-            return tuple(sorted(set(ips) - set(exempt), key=str))
+            return (*sorted(set(ips) - set(exempt), key=str), *overlay)
 
         vpp = cfg.dataplane == "vpp"
         # the conntrack sweep off the apply path: a change or an ADD never waits for it

@@ -18,7 +18,7 @@ from policy.model import IPAddress, IPNetwork
 
 def vpp_renderer(dataplane: Any, api_socket: str, service_cidrs: list[IPNetwork],
                  exempt: list[IPAddress],
-                 cluster_nodes: Callable[[], Iterable[IPAddress]]) -> PerPod:
+                 cluster_nodes: Callable[[], Iterable[IPAddress | IPNetwork]]) -> PerPod:
     """`dataplane`: the VPP driver (its API connection is shared); VPP's stats segment is read
     from the socket beside the API socket (VPP's default /run/vpp/stats.sock).
     `cluster_nodes`: every node's IP (the Kubernetes Nodes' InternalIPs): a Service connection

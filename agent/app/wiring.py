@@ -51,10 +51,12 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         tap_rx_ring_size=cfg.tapv2_rx_ring_size,
         tap_tx_ring_size=cfg.tapv2_tx_ring_size,
         mtu=cfg.mtu,
-        # VPP's VXLAN packets to other nodes leave through the interconnect (node_mesh.py)
-        host_mtu=cfg.mtu + (0 if cfg.use_l2_interconnect
-                            else VXLAN_OVERHEAD[networks.vpp_host_subnet.version]),
-        pod_tso4=cfg.use_l2_interconnect,
+        # VPP's own VXLAN packets to other nodes leave through the interconnect (node_mesh.py);
+        # with Linux's VXLAN the interconnect carries the pods' packets as they are
+        host_mtu=cfg.mtu + (VXLAN_OVERHEAD[networks.vpp_host_subnet.version]
+                            if cfg.vxlan_in_vpp else 0),
+        # VPP 26.06 cuts IPv4 GSO packets from AF_PACKET wrongly before its VXLAN (docs/vpp.md)
+        pod_tso4=not cfg.vxlan_in_vpp,
         main_vrf_id=cfg.main_vrf_id,
         pod_vrf_id=cfg.pod_vrf_id,
         pod_gateways=gateways,
@@ -62,6 +64,7 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         host_linux_ip=networks.host_linux_ip,
         host_ifname=cfg.vpp_host_interface,
         host_vpp_ifname=cfg.vpp_host_peer_interface,
+        route_cluster=cfg.vxlan_in_vpp,
         cluster_pod_nets=tuple(n for n in (cfg.ipam.pod_subnet_cidr, cfg.ipam.pod_subnet_v6_cidr)
                                if n is not None),
         afpacket=RingOptions(

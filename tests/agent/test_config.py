@@ -284,3 +284,14 @@ def test_mesh_keys() -> None:
         parse({"VXLANVNI": 2**24})
     with pytest.raises(ConfigError, match="'VXLANInterface'"):
         parse({"VXLANInterface": "a-name-far-too-long"})
+
+
+def test_vxlan_owner_decides_where_the_vpp_mesh_is_encapsulated() -> None:
+    vpp = {"NodeName": "n", "Dataplane": "vpp"}
+    assert parse(vpp).vxlan_owner == "linux" and not parse(vpp).vxlan_in_vpp
+    assert parse({**vpp, "VXLANOwner": "vpp"}).vxlan_in_vpp
+    # the key only picks between VPP's tunnels and Linux's device: no tunnels in VPP otherwise
+    assert not parse({**vpp, "VXLANOwner": "vpp", "UseL2Interconnect": True}).vxlan_in_vpp
+    assert not parse({"NodeName": "n", "VXLANOwner": "vpp"}).vxlan_in_vpp  # kernel dataplane
+    with pytest.raises(ConfigError, match=r"'VXLANOwner' = 'ovs'.*'linux' or 'vpp'"):
+        parse({"VXLANOwner": "ovs"})

@@ -106,6 +106,25 @@ def test_judged_sources_are_exempt_in_never_out() -> None:
     assert not allowed(by_address, Flow(6, ADDR_A[0], other, 80))
 
 
+def test_a_judged_range_is_one_prefix_that_covers_its_hosts() -> None:
+    # VPP dataplane with Linux's VXLAN mesh: other nodes' masquerade picks their VXLAN
+    # addresses, all in VxlanCIDR; a node address inside the range is not repeated
+    other, overlay = ipaddress.ip_address("192.168.0.2"), ipaddress.ip_network("192.168.30.0/24")
+    both = DirectionRules(True)
+    inside = ipaddress.ip_address("192.168.30.7")
+    judged = PodRules(PodPolicy(A, NODE, both, both), ADDR_A, (other, inside, overlay))
+    out = render.render({A: judged})
+    ingress, egress = (out.chains[render.chain_name(A, d)] for d in ("ingress", "egress"))
+    assert ingress[0][0]["match"]["right"] == {"set": [
+        "10.0.0.5", "192.168.0.1", "192.168.0.2",
+        {"prefix": {"addr": "192.168.30.0", "len": 24}}]}
+    assert egress[0][0]["match"]["right"] == {"set": ["10.0.0.5", "192.168.0.1"]}
+    by_address = owners({A: judged})
+    assert allowed(by_address, Flow(6, ipaddress.ip_address("192.168.30.3"), ADDR_A[0], 80))
+    assert not allowed(by_address, Flow(6, ipaddress.ip_address("192.168.31.3"), ADDR_A[0], 80))
+    assert not allowed(by_address, Flow(6, ADDR_A[0], ipaddress.ip_address("192.168.30.3"), 80))
+
+
 def test_names_are_short_stable_and_per_pod() -> None:
     long = PodKey("n" * 63, "p" * 253)
     assert len(render.allow_counter(long, "ingress", "x" * 300)) < 64

@@ -139,6 +139,18 @@ def test_other_nodes_are_allowed_in_not_out() -> None:
     assert reasons(rules.output).index(ar.JUDGED) < reasons(rules.output).index(ar.DEFAULT_DENY)
 
 
+def test_a_judged_range_is_one_rule_in_and_none_out() -> None:
+    # Linux's VXLAN mesh: other nodes' masqueraded Service traffic comes from VxlanCIDR
+    other, overlay = ipaddress.ip_address("192.168.16.2"), nets("192.168.30.0/24")[0]
+    rules = ar.render(pp(ingress=DirectionRules(True), egress=DirectionRules(True)), OWN,
+                      SERVICES, NODE, (overlay, other, NODE[1]))
+    assert rules is not None
+    judged = [(r.action, r.src) for r in rules.output if r.reason == ar.JUDGED]
+    assert judged == [(ar.PERMIT_REFLECT, nets("192.168.16.2/32")[0]),
+                      (ar.PERMIT_REFLECT, overlay)]
+    assert not any(r.dst == overlay for r in rules.input if r.action)
+
+
 def test_a_compiled_cluster_renders() -> None:
     compiled = compile_(
         [pod("web", "api-0", "10.1.1.5", {"app": "api"}),

@@ -13,18 +13,24 @@ Test plan:
   the same mesh (its VPP watch asks for a relist at once). A node stopped and removed with
   `node remove`: nothing naming it is left in the other VPPs or in their Linux routes, and
   the others still hold each other.
+  (All of this with `VXLANOwner: vpp`, VPP's own tunnels.)
+- fake VPPs, `VXLANOwner: linux` (the default), started after the nodes ran VPP's own mesh: VPP
+  holds no tunnel, BVI, bridge domain or mesh route any more; Linux's VXLAN device carries the
+  mesh (FDB to the remote node IP, routes to the remote pod subnets over it); the pods keep
+  IPv4 TSO; the interconnect carries the pod MTU.
 - fake VPPs with UseL2Interconnect: no tunnel, no BVI; Linux routes the remote pod subnets via
   the remote node IP.
 - with `Dataplane: vpp`, a pod MTU above the uplink MTU - 50, or MainVRFID == PodVRFID, refuse
   the start (before VPP is reached).
-- real VPPs (two nodes): the same programming, then pods on both nodes reach each other through
-  VPP's VXLAN mesh, IPv4 and IPv6; 1 MiB of TCP and a UDP exchange across, sources kept; a
-  full pod-MTU ping with don't-fragment across (one byte more does not leave the pod); then
-  the node removal check. Every VPP instance is stopped at the end.
+- real VPPs (two nodes), once per `VXLANOwner`: the same programming, then pods on both nodes
+  reach each other through the mesh, IPv4 and IPv6; 1 MiB of TCP (in GSO packets, the pods'
+  TSO on with Linux's VXLAN) and a UDP exchange across, sources kept; a Service whose backend
+  is on the other node; then the node removal check. Every VPP instance is stopped at the end.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +40,8 @@ from typing import Any
 
 import pytest
 
+from agent.dataplane.vpp import interfaces, ip
+from agent.dataplane.vpp.mesh import BVI_TAG
 from agent.linux import ethtool
 from testbed.cluster import (
     Cluster,
@@ -47,7 +55,7 @@ from testbed.cluster import (
 )
 from testbed.netns import unique
 from testbed.traffic import Server, tcp_transfer
-from tests.helpers.vpp_nodes import REAL_VPP, VppNodes, linux_routes, naming, vpp_view
+from tests.helpers.vpp_nodes import BD, POD_VRF, REAL_VPP, VppNodes, linux_routes, naming, vpp_view
 
 
 @contextmanager
@@ -118,8 +126,32 @@ def _clean_of(vpps: VppNodes, node: Node, gone: Node, gone_id: int) -> bool:
     return mentioning(vpps, node, gone, gone_id) == []
 
 
+def check_linux_mesh(vpps: VppNodes, nodes: list[Node]) -> None:
+    """VPP holds nothing of the mesh; each node's Linux carries it over its VXLAN device."""
+    for node in nodes:
+        state = held(vpps, node)
+        assert {k: v for k, v in state.items() if k != "linux"} == {
+            "tunnels": [], "fib": [], "bvi": [], "neigh": [], "routes": []}, state
+        api = vpps.api(node)
+        try:
+            api.connect()
+            assert interfaces.by_tag(api, BVI_TAG) == []
+            assert api.dump("bridge_domain_dump", bd_id=BD, sw_if_index=0xFFFFFFFF) == []
+        finally:
+            api.close()
+        kernel = node.mesh_state()
+        for other in nodes:
+            if other is node:
+                continue
+            i = other.node_id()
+            assert any(f"dst {other.node_ip}" in line for line in kernel["fdb"]), kernel
+            routes = " | ".join(kernel["routes"])
+            assert f"10.1.{i}.0/24 via 192.168.30.{i} dev vxlan-vsw" in routes, routes
+            assert "172.30." not in routes, routes  # no VPP tunnel to carry
+
+
 def test_vpp_mesh_programmed_and_removed_with_fake_vpps(tmp_path: Path) -> None:
-    with vpp_cluster(tmp_path, real=False) as vpps:
+    with vpp_cluster(tmp_path, real=False, VXLANOwner="vpp") as vpps:
         nodes = [vpps.add_node() for _ in range(3)]
         pods = [node.add_pod() for node in nodes]
         wait_for(lambda: converged(nodes), 30, "mesh of 3 VPP nodes")
@@ -142,6 +174,43 @@ def test_vpp_mesh_programmed_and_removed_with_fake_vpps(tmp_path: Path) -> None:
         check_removal(vpps, nodes)
 
 
+def test_vpp_mesh_in_linux_replaces_vpps_own_and_keeps_pods_tso(tmp_path: Path) -> None:
+    with vpp_cluster(tmp_path, real=False, VXLANOwner="vpp") as vpps:
+        nodes = [vpps.add_node() for _ in range(2)]
+        wait_for(lambda: converged(nodes), 30, "VPP's own mesh of 2 nodes")
+        check_programmed(vpps, nodes)
+        assert cluster_range_routes(vpps, nodes[0]) == (["10.1.0.0/16 via"], [True, True])
+        for node in nodes:  # the operator switches the config map to the default
+            node.stop_agent()
+            node.extra["VXLANOwner"] = "linux"
+            node.start_agent()
+        pods = [node.add_pod() for node in nodes]
+        wait_for(lambda: converged(nodes), 30, "Linux's mesh of 2 VPP nodes")
+        wait_for(lambda: held(vpps, nodes[0])["tunnels"] == [], 15, "VPP's tunnels removed")
+        check_linux_mesh(vpps, nodes)
+        # VPP never segments: the pods' GSO packets leave whole to Linux's VXLAN device
+        assert ethtool.feature(pods[0].netns, "eth0", "tx-tcp-segmentation")
+        assert ethtool.feature(pods[0].netns, "eth0", "tx-tcp6-segmentation")
+        link = sh("ip", "-n", nodes[0].netns, "link", "show", "vpp1").stdout
+        assert " mtu 1450 " in link, link  # the pods' packets as they are, no VXLAN in VPP
+        # remote pods are Linux's: the cluster range is neither routed into VPP nor dropped there
+        assert cluster_range_routes(vpps, nodes[0]) == ([], [False, False])
+
+
+def cluster_range_routes(vpps: VppNodes, node: Node) -> tuple[list[str], list[bool]]:
+    """Linux's route of the cluster pod range (10.1.0.0/16) and whether VPP's main and pod VRFs
+    hold one."""
+    linux = sh("ip", "-n", node.netns, "route", "show", "10.1.0.0/16").stdout
+    api = vpps.api(node)
+    try:
+        api.connect()
+        held_in = [ipaddress.ip_network("10.1.0.0/16") in ip.routes(api, table, False)
+                   for table in (0, POD_VRF)]
+    finally:
+        api.close()
+    return [" ".join(line.split()[:2]) for line in linux.splitlines()], held_in
+
+
 def test_vpp_with_l2_interconnect_routes_via_node_ips(tmp_path: Path) -> None:
     with vpp_cluster(tmp_path, real=False, UseL2Interconnect=True) as vpps:
         nodes = [vpps.add_node() for _ in range(2)]
@@ -159,21 +228,30 @@ def test_vpp_with_l2_interconnect_routes_via_node_ips(tmp_path: Path) -> None:
 @pytest.mark.vpp
 @pytest.mark.skipif(not REAL_VPP, reason="VSWITCH_TEST_VPP_START, VSWITCH_TEST_VPP_STOP and "
                     "VSWITCH_TEST_VPP_MESH_SOCKET are not set (no real VPPs to start)")
-def test_pods_reach_each_other_through_real_vpps(tmp_path: Path) -> None:
-    with vpp_cluster(tmp_path, real=True) as vpps:
+@pytest.mark.parametrize("owner", ["linux", "vpp"])
+def test_pods_reach_each_other_through_real_vpps(tmp_path: Path, owner: str) -> None:
+    with vpp_cluster(tmp_path, real=True, VXLANOwner=owner) as vpps:
         nodes = [vpps.add_node() for _ in range(2)]
         a, b = nodes[0].add_pod(), nodes[1].add_pod()
         wait_for(lambda: converged(nodes), 60, "mesh of 2 real-VPP nodes")
-        check_programmed(vpps, nodes)
+        if owner == "vpp":
+            check_programmed(vpps, nodes)
+        else:
+            check_linux_mesh(vpps, nodes)
+            assert ethtool.feature(a.netns, "eth0", "tx-tcp-segmentation")
         assert all(len(p.ips) == 2 for p in (a, b)), [a.ips, b.ips]
         wait_for(lambda: unreachable([a], [b]) == [], 10, "the first ping across")
         assert unreachable([a, b], [a, b]) == []
         assert_pods_talk(a, b)
-        assert service_to_the_other_node(nodes[0], a, b)
-        check_removal(vpps, nodes)
+        # the masquerade picks the address of the way out: the uplink's, or Linux's VXLAN
+        # device's (the node's VXLAN address)
+        source = nodes[0].node_ip if owner == "vpp" else f"192.168.30.{nodes[0].node_id()}"
+        assert service_to_the_other_node(nodes[0], a, b, source)
+        if owner == "vpp":
+            check_removal(vpps, nodes)
 
 
-def service_to_the_other_node(node: Node, client: Pod, backend: Pod) -> bool:
+def service_to_the_other_node(node: Node, client: Pod, backend: Pod, source: str) -> bool:
     """A Service whose backend is a pod of another node (kube-proxy's DNAT, stood in for by a
     table of the test's on the client's node): the request crosses the uplink, the reply comes
     back through the client node's conntrack (the agent's return-path masquerade)."""
@@ -186,7 +264,7 @@ def service_to_the_other_node(node: Node, client: Pod, backend: Pod) -> bool:
                    text=True, check=True)
     with Server(backend.netns, "tcp", "0.0.0.0", 7779):
         sent = tcp_transfer(client.netns, "10.96.7.7", 80)
-    assert sent.source in ("", node.node_ip), sent  # the backend sees the client's node
+    assert sent.source in ("", source), sent  # the backend sees the client's node
     return sent.ok
 
 
@@ -198,7 +276,8 @@ def test_vpp_mesh_refuses_a_pod_mtu_the_uplink_cannot_carry_and_one_vrf(tmp_path
         cases: list[tuple[dict[str, Any], list[str]]] = [
             ({"MTUSize": 1460}, ["MTUSize 1460 does not fit the uplink eth0 (MTU 1500) over "
                                  "VXLAN (50 bytes)", "at most 1450"]),
-            ({"MainVRFID": 3, "PodVRFID": 3}, ["MainVRFID and PodVRFID are both 3"]),
+            ({"MainVRFID": 3, "PodVRFID": 3, "VXLANOwner": "vpp"},
+             ["MainVRFID and PodVRFID are both 3"]),
         ]
         for extra, expected in cases:
             node = cluster.add_node(start=False, **vpp, **extra)

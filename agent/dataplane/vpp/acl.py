@@ -106,9 +106,10 @@ class VppPolicy:
         self.api = api
         self.service_cidrs = tuple(service_cidrs)
         self.node_addresses = tuple(node_addresses)
-        # Other nodes' IPs, allowed in only (acl_render.render says why); the agent keeps them
-        # current from the Kubernetes Nodes before each call.
-        self.judged_nodes: tuple[IPAddress, ...] = ()
+        # Other nodes' IPs (and the VXLAN range with Linux's mesh), allowed in only
+        # (acl_render.render says why); the agent keeps them current from the Kubernetes
+        # Nodes before each call.
+        self.judged_nodes: tuple[IPAddress | IPNetwork, ...] = ()
         self.stats = stats
         self._pods: dict[str, _Pod] = {}
         self._generation = -1

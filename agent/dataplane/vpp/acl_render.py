@@ -117,14 +117,16 @@ class PodRules:
 
 def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPNetwork],
            node_addresses: Sequence[IPAddress],
-           judged_nodes: Sequence[IPAddress] = ()) -> PodRules | None:
+           judged_nodes: Sequence[IPAddress | IPNetwork] = ()) -> PodRules | None:
     """The pod's two ACLs, or None when no policy isolates it (no ACL at all).
 
     `own` are the pod's addresses, `node_addresses` the node's as the agent knows them (the
     policy's own `node_addresses` are added). `judged_nodes`: the other nodes' IPs, allowed in
     (not out): a Service connection whose backend is here leaves its client's node masqueraded
     to that node's IP (the agent's service return path) after that node's nftables judged it
-    with the client pod's own address, so VPP here must not judge it again by the node IP."""
+    with the client pod's own address, so VPP here must not judge it again by the node IP (a
+    range: the VXLAN addresses, when Linux's VXLAN device carries the mesh and the masquerade
+    picks its address)."""
     if not pod.ingress.isolated and not pod.egress.isolated:
         return None
     node = [_host(a) for a in sorted(set(node_addresses) | set(pod.node_addresses), key=_order)]
@@ -132,9 +134,9 @@ def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPN
     egress = [*(AclRule(PERMIT, _any(n), n, reason=NODE) for n in node), *nd]
     ingress = [*(AclRule(PERMIT, n, _any(n), reason=NODE) for n in node)]
     # reflect: the backend's replies go back to that node's IP, which its egress may not allow
+    mine = {_host(a) for a in (*node_addresses, *pod.node_addresses)}
     ingress += [AclRule(PERMIT_REFLECT, h, _any(h), reason=JUDGED)
-                for h in (_host(a) for a in sorted(set(judged_nodes) - set(node_addresses)
-                                                   - set(pod.node_addresses), key=_order))]
+                for h in sorted({_host(a) for a in judged_nodes} - mine, key=_order)]
     ingress += [AclRule(PERMIT, h, _any(h), reason=SELF)
                 for h in (_host(a) for a in sorted(set(own), key=_order))]
     ingress += nd
@@ -198,7 +200,7 @@ def _any(like: IPNetwork) -> IPNetwork:
     return EVERYWHERE[0] if like.version == 4 else EVERYWHERE[1]
 
 
-def _host(address: IPAddress) -> IPNetwork:
+def _host(address: IPAddress | IPNetwork) -> IPNetwork:
     return ipaddress.ip_network(address)
 
 

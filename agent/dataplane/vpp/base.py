@@ -95,11 +95,15 @@ def ensure_gateway(api: VppApi, cfg: VppConfig) -> int:
 def ensure_pod_routes(api: VppApi, cfg: VppConfig) -> None:
     # The cluster's pod ranges die in VPP unless a more specific route (this node's subnet, a
     # remote node's through the mesh) knows them: never back to the host, which routes them here.
+    # Where Linux routes remote pods itself (route_cluster off) such a drop would cut them off.
     for table in sorted({cfg.pod_vrf_id, cfg.main_vrf_id}):
         for cluster in cfg.cluster_ranges:
             current = ip.routes(api, table, cluster.version == 6).get(cluster)
-            if current is None or current.types != (ip.PATH_DROP,):
+            dropped = current is not None and current.types == (ip.PATH_DROP,)
+            if cfg.route_cluster and not dropped:
                 ip.add_route(api, table, cluster, ip.drop(cluster))
+            elif not cfg.route_cluster and dropped:
+                ip.delete_route(api, table, cluster)
     for subnet in cfg.pod_subnets:
         current = ip.routes(api, cfg.pod_vrf_id, subnet.version == 6).get(subnet)
         if current is None or current.types != (ip.PATH_DROP,):
@@ -139,8 +143,9 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
     netlink.enable_forwarding({s.version for s in cfg.pod_subnets})
     hostlink.ensure_address_and_routes(
         cfg.host_ifname, cfg.host_linux_ip, cfg.vpp_host_ip,
-        [str(s) for s in (*cfg.pod_subnets, *cfg.cluster_ranges)],
+        [str(s) for s in (*cfg.pod_subnets, *cfg.routed_cluster_ranges)],
         VPP_HOST_LL, HOST_VPP_MAC, cfg.interconnect_mtu, cfg.mtu,
+        unrouted=[str(s) for s in cfg.cluster_ranges if s not in cfg.routed_cluster_ranges],
     )
     return sw_if_index
 

@@ -42,6 +42,10 @@ class VppConfig:
     # The whole cluster's pod ranges (every node's subnets): routed from the node into VPP, and
     # dropped in VPP where no more specific route (this node's pods, the node mesh) applies.
     cluster_pod_nets: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    # False when Linux carries the node mesh (VXLANOwner linux, the L2 interconnect): Linux
+    # routes remote pods itself, so neither that route into VPP nor VPP's drop is wanted (and
+    # one left by an earlier config is removed).
+    route_cluster: bool = True
     # AF_PACKET sockets of pods and the interconnect.
     afpacket: RingOptions = field(default_factory=RingOptions)
 
@@ -105,3 +109,8 @@ class VppConfig:
         families = {s.version for s in self.pod_subnets}
         return tuple(n for n in self.cluster_pod_nets
                      if n.version in families and n not in self.pod_subnets)
+
+    @property
+    def routed_cluster_ranges(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """The cluster ranges the node routes into VPP and VPP drops (see route_cluster)."""
+        return self.cluster_ranges if self.route_cluster else ()

@@ -38,6 +38,7 @@ def ensure_veth_pair(
 def ensure_address_and_routes(
     host_ifname: str, address: IPInterface, via: IPInterface, subnets: list[str],
     via6: ipaddress.IPv6Address, vpp_mac: str, link_mtu: int, pod_mtu: int,
+    unrouted: list[str] | None = None,
 ) -> None:
     """`address` on the Linux end, and a route to each pod subnet via VPP's end: its address
     of that family, or its link-local address `via6` for IPv6 subnets over an IPv4 link.
@@ -48,7 +49,8 @@ def ensure_address_and_routes(
     not on the interconnect's subnet, so the entry fails and the answer is never sent.
 
     The link's MTU (`link_mtu`) makes room for VPP's VXLAN packets; the routes to the pods
-    carry the pods' MTU, so the node answers a too-large packet for a pod itself, as before."""
+    carry the pods' MTU, so the node answers a too-large packet for a pod itself, as before.
+    `unrouted`: subnets whose route over the link (an earlier config's) must go."""
     with netlink.host_session() as links, netlink.translated(
         f"host link {host_ifname} addressing"
     ):
@@ -67,6 +69,8 @@ def ensure_address_and_routes(
             links.replace_neighbor(index, gateway, vpp_mac)
         for subnet, gateway in zip(subnets, gateways, strict=True):
             links.replace_route(subnet, gateway, index, mtu=pod_mtu)
+        for subnet in unrouted or ():
+            links.delete_route(subnet, index)
 
 
 def remove(host_ifname: str) -> None:

@@ -243,6 +243,27 @@ class VppMesh:
     ) -> list[str]:
         return self.prune(local, keep, of=remote)
 
+    def remove(self, local: NodeInfo) -> list[str]:
+        """Removes the whole mesh from VPP: every remote node's objects, then the BVI and the
+        bridge domain (a node whose mesh is Linux's now, `VXLANOwner: linux`). A BVI left
+        there would keep the VXLAN range in the pod VRF, where Linux now holds it."""
+        self.api.connect()
+        found = interfaces.by_tag(self.api, BVI_TAG)
+        if not found:
+            return []
+        removed = self.prune(local, ())
+        with self._lock:
+            for itf in found:
+                interfaces.delete_loopback(self.api, itf.sw_if_index)
+                removed.append(f"mesh BVI {itf.name}")
+            self._bvi = None
+            if self.api.dump("bridge_domain_dump", bd_id=self.bd_id, sw_if_index=ANY):
+                _ignore_missing(lambda: self.api.call(
+                    "bridge_domain_add_del_v2", bd_id=self.bd_id, is_add=False,
+                    context=f"bridge domain {self.bd_id}"))
+                removed.append(f"bridge domain {self.bd_id}")
+        return removed
+
     def prune(
         self, local: NodeInfo, keep: Collection[NodeInfo], of: NodeInfo | None = None
     ) -> list[str]:

@@ -11,9 +11,12 @@ The uplink stays Linux's (docs/vpp.md, "The node mesh in VPP"). Per remote node:
             the BVI, static neighbor and L2 FIB entry, pod-VRF routes (mesh.py).
 
 Order: Linux first (a tunnel without its route would send into nothing), VPP after; removal
-the reverse. With `UseL2Interconnect` there is no VPP part at all: VPP's main VRF already sends
-everything that is not its own pods to the node, and Linux routes the remote pod subnets via
-the remote node IPs.
+the reverse. With `VXLANOwner: linux` (the default) or `UseL2Interconnect` there is no VPP part
+at all: VPP's main VRF already sends everything that is not its own pods to the node, and Linux
+carries it to the remote node as the kernel dataplane does (its VXLAN device, or routes via the
+remote node IPs); `stale`, VPP's mesh, is then only removed (a node that ran VPP's own tunnels
+before). Pods keep their IPv4 TSO that way: VPP never segments a GSO packet, because every
+interface it forwards them to (pods, interconnect) takes them whole (docs/vpp.md).
 
 A restarted VPP has lost the mesh: `prune` (every registry relist) programs again every remote
 node whose tunnel is missing, after the driver's base configuration is back.
@@ -38,12 +41,14 @@ class VppNodeMesh:
     """`MeshDataplane` (agent/cluster/controller.py) for the VPP dataplane."""
 
     def __init__(
-        self, driver: VppDataplane, linux: KernelMesh, vpp: VppMesh | None, pod_mtu: int
+        self, driver: VppDataplane, linux: KernelMesh, vpp: VppMesh | None, pod_mtu: int,
+        stale: VppMesh | None = None,
     ) -> None:
         self.driver = driver
         self.linux = linux
         self.vpp = vpp
         self.pod_mtu = pod_mtu
+        self.stale = stale if vpp is None else None
 
     def check_mtu(self, local: NodeInfo) -> None:
         """A pod's full-size packet, VXLAN-encapsulated by VPP, must fit the uplink (the outer
@@ -79,6 +84,8 @@ class VppNodeMesh:
         nodes whose tunnel VPP lost (a VPP restart) or whose routes went missing."""
         changed = self.linux.prune(local, keep)
         if self.vpp is None:
+            if self.stale is not None:
+                changed += self.stale.remove(local)
             return changed
         self.driver.ensure()
         changed += self.vpp.prune(local, keep)

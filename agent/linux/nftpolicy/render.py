@@ -29,6 +29,7 @@ stands: `add counter` keeps a counter's value, so a change leaves the counts of 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -58,8 +59,10 @@ class PodRules:
     addresses: tuple[IPAddress, ...]
     # Sources allowed in (never out) besides the node's: other nodes' IPs with the VPP
     # dataplane, whose Service connections arrive masqueraded to them after their own node's
-    # rules judged them with the client pod's address (agent/linux/hostnat's return path).
-    judged: tuple[IPAddress, ...] = ()
+    # rules judged them with the client pod's address (agent/linux/hostnat's return path);
+    # the VXLAN range too when Linux carries the mesh (the masquerade then picks the VXLAN
+    # device's address).
+    judged: tuple[IPAddress | IPNetwork, ...] = ()
 
 
 @dataclass
@@ -155,10 +158,16 @@ def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> N
     spec = getattr(rules.policy, direction)
     peer = _PEER_FIELD[direction]
     body: list[Expr] = []
+    judged = rules.judged if direction == "ingress" else ()
+    wide = [j for j in judged if isinstance(j, IPNetwork)]
     exempt = {*rules.policy.node_addresses, *rules.addresses,
-              *(rules.judged if direction == "ingress" else ())}
+              *(j for j in judged if not isinstance(j, IPNetwork))}
     for version in VERSIONS:
-        mine = sorted(str(a) for a in exempt if a.version == version)
+        nets = list(ipaddress.collapse_addresses(  # type: ignore[type-var]
+            n for n in wide if n.version == version))
+        mine: list[object] = [*sorted(str(a) for a in exempt if a.version == version
+                                      and not any(a in n for n in nets)),
+                              *(_elem(n) for n in nets)]
         if mine:
             body.append([_match(_payload(_proto(version), peer), {"set": mine}),
                          {"return": None}])

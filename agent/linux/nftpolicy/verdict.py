@@ -55,6 +55,7 @@ def allowed(by_address: Mapping[IPAddress, PodRules], flow: Flow) -> bool:
     if src is not None and not _allows(src.policy.egress, src, flow.dst, flow):
         return False
     dst = by_address.get(flow.dst)
-    if dst is None or flow.src in dst.judged:  # judged by the source's own node
+    if dst is None or any(flow.src == j if isinstance(j, IPAddress) else flow.src in j
+                          for j in dst.judged):  # judged by the source's own node
         return True
     return _allows(dst.policy.ingress, dst, flow.src, flow)
