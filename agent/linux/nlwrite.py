@@ -23,7 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -211,27 +211,24 @@ def send(batch: Batch, what: str, error: type[CniError] = DataplaneFailure) -> d
 
 def delete_link(ifname: str) -> bool:
     """Deletes `ifname` in the host namespace; False when it did not exist."""
-    with host_batch() as batch:
-        batch.delete_link(ifname)
-        try:
-            batch.send()
-        except OSError as exc:
-            if exc.errno == errno.ENODEV:
-                return False
-            raise DataplaneFailure(f"deleting link {ifname}", describe(exc)) from exc
-    return True
+    return _on_host_link(lambda batch: batch.delete_link(ifname), f"deleting link {ifname}")
 
 
 def link_exists(ifname: str) -> bool:
     """True when a link named `ifname` exists in the host namespace."""
+    return _on_host_link(lambda batch: batch.get_link(ifname), f"looking up link {ifname}")
+
+
+def _on_host_link(request: Callable[[Batch], object], what: str) -> bool:
+    """Sends one request about a host link; False when there is no such link (ENODEV)."""
     with host_batch() as batch:
-        batch.get_link(ifname)
+        request(batch)
         try:
             batch.send()
         except OSError as exc:
             if exc.errno == errno.ENODEV:
                 return False
-            raise DataplaneFailure(f"looking up link {ifname}", describe(exc)) from exc
+            raise DataplaneFailure(what, describe(exc)) from exc
     return True
 
 
