@@ -25,12 +25,13 @@ a lock.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 
 from agent.dataplane import UndoStack
 from agent.dataplane.reaper import LinkReaper
-from agent.linux import netlink, nlread
+from agent.linux import netlink, nlread, nlwrite
 from agent.linux.netns import PodNetns, using
 from agent.linux.nlcodec import RT_SCOPE_LINK
 from agent.model.errors import InvalidConfig
@@ -42,6 +43,13 @@ DIGEST_LEN = 11
 
 
 ALIAS_MAX = 254  # IFLA_IFALIAS: at most IFALIASZ - 1 = 255 bytes, and the NUL is sent too
+
+
+def mac_from_key(key: PodKey) -> str:
+    """A deterministic, locally administered unicast MAC for an attachment (the pod's end)."""
+    raw = bytearray(hashlib.sha256(f"mac\0{key.container_id}\0{key.ifname}".encode()).digest()[:6])
+    raw[0] = (raw[0] & 0xFC) | 0x02  # clear multicast bit, set locally administered bit
+    return ":".join(f"{b:02x}" for b in raw)
 
 
 def owner_tag(pod: PodNetwork) -> str:
@@ -130,20 +138,20 @@ class KernelDataplane:
     ) -> Wiring:
         host = self.host_ifname(pod)
         self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
-        pod_mac = netlink.mac_from_key(pod.key)
+        pod_mac = mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
         # Two round trips on one host socket (agent/linux/nlwrite): the pair, then its routes; the
         # pod end stays down until agent/linux/pod_netns configures it (one socket inside the pod).
-        with netlink.host_batch() as batch, using(pod.netns, netns) as held:
-            index, host_mac = netlink.add_veth(
+        with nlwrite.host_batch() as batch, using(pod.netns, netns) as held:
+            index, host_mac = nlwrite.add_veth(
                 batch, host, held, pod.key.ifname, mtu, pod_mac, owner_tag(pod)
             )
-            undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
+            undo.push(f"delete veth {host}", lambda: nlwrite.delete_link(host))
             for iface in pod.addresses:
                 batch.replace_route(str(iface.ip), iface.max_prefixlen, index, scope=RT_SCOPE_LINK)
                 dst = f"{iface.ip}/{iface.max_prefixlen}"
                 undo.push(f"delete route {dst}", _route_deleter(dst, index))
-            netlink.send(batch, f"routing {pod.key} via {host}")
+            nlwrite.send(batch, f"routing {pod.key} via {host}")
         return Wiring(host_ifname=host, pod_mac=pod_mac, gateway_mac=host_mac)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:

@@ -2,9 +2,9 @@
 batched check of reconcile, repair (reconcile, and after the vswitch restarted), and writing
 back the records etcd lost.
 
-Every entry takes the attachment's lock (agent/lifecycle/locks) and reads etcd for the record:
-it never judges half an ADD or DEL. Nothing here answers a CNI verb by itself; PodManager
-(agent/lifecycle/pods) delegates.
+Every entry takes the attachment's lock (agent/lifecycle/parts.KeyedLocks) and reads etcd for
+the record: it never judges half an ADD or DEL. Nothing here answers a CNI verb by itself;
+PodManager (agent/lifecycle/pods) delegates.
 """
 
 from __future__ import annotations

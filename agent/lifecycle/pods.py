@@ -13,7 +13,7 @@ when a step fails the stack unwinds, so a failed ADD leaves no interface, route,
 
 A record in state "adding" therefore means an ADD that never answered success; reconcile
 treats it as garbage. Requests for one (container ID, ifname) run one at a time; different pods
-run in parallel (agent/lifecycle/locks).
+run in parallel (agent/lifecycle/parts.KeyedLocks).
 
 The manager also keeps a copy of the node's records (agent/state/local_records: loaded at
 reconcile, updated by every ADD and DEL, this agent being their only writer, mirrored on the
@@ -39,8 +39,7 @@ from agent.infra.metrics import Metrics
 from agent.lifecycle.add_steps import add_steps, netns_matches
 from agent.lifecycle.checks import CheckFailed as CheckFailed
 from agent.lifecycle.checks import Checks
-from agent.lifecycle.locks import KeyedLocks
-from agent.lifecycle.parts import Part, Parts, PodSide, PodStore, PolicyHook
+from agent.lifecycle.parts import KeyedLocks, Part, Parts, PodSide, PodStore, PolicyHook
 from agent.lifecycle.pools import Pools
 from agent.linux import pod_netns
 from agent.linux.netns import PodNetns

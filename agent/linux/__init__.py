@@ -2,10 +2,11 @@
 
     netns.py      network namespaces: a pod's opened and checked once per request (PodNetns),
                   sockets made inside one
-    netlink.py    sockets and sessions per namespace, the host's links (the pod's veth), and the
-                  one translation of netlink errors into ours
+    netlink.py    the slow paths: pyroute2 sessions and raw readers per namespace, the host's
+                  links, and the translation of netlink errors into ours
     nlcodec.py    the rtnetlink wire format: message layouts, attributes, every constant, once
-    nlwrite.py    raw rtnetlink writes, batched (an ADD's hot path)
+    nlwrite.py    raw rtnetlink writes, batched: everything an ADD sends (host and pod batches,
+                  the veth pair, a host link deleted or looked up), with its errors translated
     nlread.py     raw rtnetlink reads, lean (CHECK and reconcile)
     iproute.py    pyroute2 for the slow paths (start-up, node mesh, VPP host link, undoing a pod
                   side), behind methods named by what they do

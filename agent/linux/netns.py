@@ -123,7 +123,8 @@ def _setns(fd: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-def _describe(exc: OSError) -> str:
+def describe(exc: OSError) -> str:
+    """An OSError in words: its errno's name and message when it has one."""
     code = exc.errno
     if code:
         return f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
@@ -138,7 +139,7 @@ def _socket_in(nsfd: int, netns_path: str, family: int, kind: int) -> socket.soc
             _setns(nsfd)
         except OSError as exc:
             raise InvalidEnvironment(
-                f"cannot enter CNI_NETNS {netns_path}", _describe(exc)) from exc
+                f"cannot enter CNI_NETNS {netns_path}", describe(exc)) from exc
         try:
             proto = socket.NETLINK_ROUTE if family == socket.AF_NETLINK else 0
             return socket.socket(family, kind, proto)
@@ -147,7 +148,7 @@ def _socket_in(nsfd: int, netns_path: str, family: int, kind: int) -> socket.soc
                 _setns(own)
             except OSError as exc:  # the thread would stay in the pod: never carry on
                 raise InternalError(
-                    "cannot return to the agent's netns", _describe(exc)) from exc
+                    "cannot return to the agent's netns", describe(exc)) from exc
     finally:
         os.close(own)
 
@@ -165,7 +166,7 @@ def _open_checked(netns_path: str) -> int:
         raise InvalidEnvironment(f"CNI_NETNS {netns_path} does not exist") from exc
     except OSError as exc:
         raise InvalidEnvironment(
-            f"CNI_NETNS {netns_path} cannot be opened", _describe(exc)) from exc
+            f"CNI_NETNS {netns_path} cannot be opened", describe(exc)) from exc
     try:
         info = os.fstat(pfd)
         if not stat.S_ISREG(info.st_mode) or info.st_dev != _nsfs_device():
@@ -176,7 +177,7 @@ def _open_checked(netns_path: str) -> int:
             fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as exc:
             raise InvalidEnvironment(
-                f"opening CNI_NETNS {netns_path}", _describe(exc)) from exc
+                f"opening CNI_NETNS {netns_path}", describe(exc)) from exc
     finally:
         os.close(pfd)
     try:

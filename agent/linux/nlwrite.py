@@ -10,8 +10,12 @@ own acknowledgement, and goes on after a failed one. `Batch.send` returns once e
 acknowledged and raises the first failure as RequestFailed (an OSError; agent/linux/netlink
 translates it).
 
-Only the few request kinds the ADD needs are here; the slow paths use pyroute2
-(agent/linux/iproute), which reads the same kernel state.
+Only the few request kinds the ADD needs are here, with the helpers an ADD calls: batches on a
+host socket or on the request's socket in the pod namespace, `send` (a refused request becomes the
+error class the caller names, `DataplaneFailure` on the host side, `PodSideFailure` inside the
+pod, cause chained), the veth pair with its peer created in the pod namespace, and deleting or
+looking up a host link by name. So an ADD never touches pyroute2: the slow paths use it
+(agent/linux/iproute, agent/linux/netlink), which reads the same kernel state.
 """
 
 from __future__ import annotations
@@ -19,9 +23,13 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from agent.linux import nlcodec as nl
+from agent.linux.netns import PodNetns, describe, using
+from agent.model.errors import CniError, DataplaneFailure, InvalidEnvironment
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,10 @@ class Batch:
         if alias:
             body += nl.attr_str(nl.IFLA_IFALIAS, alias)
         self._add(nl.RTM_NEWLINK, 0, body, f"setting link {name or index}")
+
+    def delete_link(self, name: str) -> None:
+        body = nl.IFINFOMSG.pack(0, 0, 0, 0, 0) + nl.attr_str(nl.IFLA_IFNAME, name)
+        self._add(nl.RTM_DELLINK, 0, body, f"deleting link {name}")
 
     def get_link(self, name: str) -> int:
         """Reads link `name` back; `send` returns it under the returned number."""
@@ -159,3 +171,138 @@ def _link(data: bytes, offset: int, end: int) -> Link:
     _, _, index, _, _ = nl.IFINFOMSG.unpack_from(data, offset)
     mac = nl.find_attr(data, offset + nl.IFINFOMSG.size, end, nl.IFLA_ADDRESS)
     return Link(index, nl.mac_text(mac))
+
+
+# ---- batches, and what an ADD sends through them ----------------------------------------------
+
+
+def host_socket() -> socket.socket:
+    """A NETLINK_ROUTE socket in the calling thread's namespace."""
+    try:
+        return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+    except OSError as exc:
+        raise DataplaneFailure("netlink socket", describe(exc)) from exc
+
+
+@contextmanager
+def host_batch() -> Iterator[Batch]:
+    """A batch for the calling thread's namespace (the node's, see agent/linux/netns)."""
+    with host_socket() as sock:
+        yield Batch(sock)
+
+
+@contextmanager
+def pod_batch(netns_path: str, held: PodNetns | None = None) -> Iterator[Batch]:
+    """A batch for the pod namespace at `netns_path`, on the request's socket in it when the
+    request holds the namespace (`held`)."""
+    with using(netns_path, held) as netns:
+        yield Batch(netns.route_socket())
+
+
+def send(batch: Batch, what: str, error: type[CniError] = DataplaneFailure) -> dict[int, Link]:
+    """`batch.send()`; a refused request is `error` naming `what` and that request."""
+    try:
+        return batch.send()
+    except RequestFailed as exc:
+        raise error(f"{what}: {exc.what}", describe(exc)) from exc
+    except OSError as exc:
+        raise error(what, describe(exc)) from exc
+
+
+def delete_link(ifname: str) -> bool:
+    """Deletes `ifname` in the host namespace; False when it did not exist."""
+    return _on_host_link(lambda batch: batch.delete_link(ifname), f"deleting link {ifname}")
+
+
+def link_exists(ifname: str) -> bool:
+    """True when a link named `ifname` exists in the host namespace."""
+    return _on_host_link(lambda batch: batch.get_link(ifname), f"looking up link {ifname}")
+
+
+def _on_host_link(request: Callable[[Batch], object], what: str) -> bool:
+    """Sends one request about a host link; False when there is no such link (ENODEV)."""
+    with host_batch() as batch:
+        request(batch)
+        try:
+            batch.send()
+        except OSError as exc:
+            if exc.errno == errno.ENODEV:
+                return False
+            raise DataplaneFailure(what, describe(exc)) from exc
+    return True
+
+
+def add_veth(
+    batch: Batch, host_ifname: str, pod_netns: PodNetns, pod_ifname: str, mtu: int,
+    pod_mac: str | None, alias: str,
+) -> tuple[int, str]:
+    """Creates a veth pair through `batch` (host namespace), the peer directly in `pod_netns`
+    (by its fd) as `pod_ifname`, left down (agent/linux/pod_netns brings it up); the host end up
+    and tagged with `alias`. Returns the host end's index and MAC; on failure nothing is left.
+
+    One round trip: the add (the host end created up: without carrier until the pod end comes
+    up, so IPv6 makes no link-local address on it before DAD is off), the alias (the kernel
+    ignores IFLA_IFALIAS in a new link) and a read of the index and the MAC, in one batch.
+    """
+    _check_ifname(pod_ifname)
+    try:
+        link = _add_pair(batch, host_ifname, mtu, pod_ifname, pod_netns.fd, pod_mac, alias)
+    except OSError as exc:
+        raise _veth_add_error(exc, host_ifname, pod_netns.path, pod_ifname) from exc
+    try:
+        _no_dad(host_ifname)
+    except OSError as exc:
+        delete_link(host_ifname)
+        raise DataplaneFailure(f"setting up veth host end {host_ifname}", describe(exc)) from exc
+    except BaseException:
+        delete_link(host_ifname)
+        raise
+    return link.index, link.mac
+
+
+def _add_pair(
+    batch: Batch, host_ifname: str, mtu: int, pod_ifname: str, fd: int, pod_mac: str | None,
+    alias: str,
+) -> Link:
+    """Adds the pair; a host end of that name left by an interrupted attempt of the same
+    attachment (the name derives from its key) is deleted first. Checking for it only when
+    the add fails keeps a lookup off every ADD."""
+    for retry in (False, True):
+        batch.add_veth(host_ifname, mtu, pod_ifname, fd, pod_mac)
+        batch.set_link(host_ifname, alias=alias)
+        seq = batch.get_link(host_ifname)
+        try:
+            return batch.send()[seq]
+        except OSError as exc:
+            if retry or exc.errno != errno.EEXIST or not delete_link(host_ifname):
+                raise
+    raise AssertionError("not reached: the second attempt returns or raises")
+
+
+def _check_ifname(ifname: str) -> None:
+    # the kernel's rules (dev_valid_name): 1-15 bytes, no "/", ":" or whitespace, not "." or ".."
+    size = len(ifname.encode())
+    if not 0 < size <= 15 or ifname in (".", "..") or any(c in "/:" or c.isspace() for c in ifname):
+        raise InvalidEnvironment(f"CNI_IFNAME {ifname!r} is not a valid interface name")
+
+
+def _veth_add_error(exc: OSError, host_ifname: str, pod_netns: str, pod_ifname: str) -> CniError:
+    if exc.errno == errno.EEXIST and not link_exists(host_ifname):
+        return InvalidEnvironment(
+            f"CNI_IFNAME {pod_ifname} already exists in CNI_NETNS {pod_netns}"
+        )
+    return DataplaneFailure(f"creating veth {host_ifname} <-> {pod_ifname}", describe(exc))
+
+
+def _no_dad(ifname: str) -> None:
+    """No IPv6 duplicate address detection on a host end, set before it comes up.
+
+    While its link-local address is tentative (about a second of DAD) the node cannot send
+    neighbor solicitations on it, so the pod's first IPv6 packets would go unanswered. The address
+    is derived from a fresh random MAC on a point-to-point link: DAD protects nothing here.
+    """
+    try:
+        with open(f"/proc/sys/net/ipv6/conf/{ifname}/accept_dad", "w") as knob:
+            knob.write("0")
+    except FileNotFoundError:  # IPv6 disabled on the node: nothing to detect
+        pass

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from agent.linux import nlread, nlwrite
 from agent.linux.iproute import Session
-from agent.linux.netlink import describe, pod_batch, pod_reader, send, translated
+from agent.linux.netlink import describe, pod_reader, translated
 from agent.linux.netns import PodNetns
 from agent.linux.nlcodec import IFA_F_NODAD, IFF_UP, NUD_PERMANENT, RT_SCOPE_LINK, RT_TABLE_MAIN
 from agent.model.errors import InternalError, InvalidEnvironment, PodSideFailure
@@ -46,7 +46,7 @@ def configure(pod: PodNetwork, gateway_mac: str, netns: PodNetns | None = None) 
     if not _MAC.fullmatch(gateway_mac):  # it comes from the driver: a bad one is our bug
         raise InternalError(f"gateway_mac {gateway_mac!r} from the dataplane is not a MAC")
     name = pod.key.ifname
-    with pod_batch(pod.netns, netns) as batch:
+    with nlwrite.pod_batch(pod.netns, netns) as batch:
         seq = batch.get_link(name)
         try:
             link = batch.send()[seq]
@@ -64,7 +64,7 @@ def configure(pod: PodNetwork, gateway_mac: str, netns: PodNetns | None = None) 
             batch.add_address(link.index, str(iface.ip), iface.network.prefixlen, flags)
         for gateway in pod.gateways:
             _route_via(batch, link.index, gateway, gateway_mac)
-        send(batch, f"configuring {name} in the pod", PodSideFailure)
+        nlwrite.send(batch, f"configuring {name} in the pod", PodSideFailure)
         return link.mac
 
 

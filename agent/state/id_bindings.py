@@ -4,9 +4,10 @@ A binding is two keys written together, `nodes/id/<id>` and `nodes/name/<name>` 
 value), each create-if-absent, so no two nodes ever hold one ID and no node two. An operator's
 removal leaves `nodes/removed/<name>` in the same transaction; a claim deletes it.
 
-The bindings this process holds guard its pod writes (`held_compare`, `check_held`, used by
+The bindings this process holds guard its pod writes (`guards`, `check_held`, used by
 agent/state/pod_allocations): no address of a node ID that etcd gave another node (after a wipe
-or a restore from a backup) is ever written as allocated here.
+or a restore from a backup) is ever written as allocated here. A guard is built once, when its
+binding is held, and read by every pod write.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class NodeIdBindings:
         self.etcd = etcd
         self.keys = keys
         self._held: dict[int, bytes] = {}  # node ID -> its binding's value, as held here
+        # node ID -> the compare that makes a pod write of it fail unless the binding held here
+        # still holds (no entry when none is held: tests, tools)
+        self.guards: dict[int, list[Any]] = {}
         self._taken: set[int] = set()  # held node IDs another node holds now (etcd lost data)
 
     def claim(self, node_name: str, max_id: int) -> int:
@@ -168,12 +172,7 @@ class NodeIdBindings:
         guarded by it."""
         if value is not None:
             self._held[node_id] = value
-
-    def held_compare(self, node_id: int) -> list[Any]:
-        """The compare that makes a pod write of `node_id` fail unless this process's binding
-        still holds ([] when it holds none: tests, tools)."""
-        value = self._held.get(node_id)
-        return [] if value is None else [tx.Value(self.keys.node_id(node_id)) == value]
+            self.guards[node_id] = [tx.Value(self.keys.node_id(node_id)) == value]
 
     def check_held(self, node_id: int) -> None:
         """Raises TryAgainLater when the binding this process holds for `node_id` is gone or
@@ -187,7 +186,7 @@ class NodeIdBindings:
             return
         holder = None if raw is None else load(raw, key).get("name")
         if raw is not None and holder == load(value, key).get("name"):
-            self._held[node_id] = raw  # still this node's (a backup of its own older claim)
+            self._hold(node_id, raw)  # still this node's (a backup of its own older claim)
             return
         raise TryAgainLater(
             f"this node's ID {node_id} is no longer bound to it in etcd",

@@ -46,7 +46,7 @@ class PodAllocations:
         the other owner."""
         pod_key = self.keys.pod(node_id, record.key)
         ips = _ips(record.addresses, pod_key)
-        compare = [tx.Version(pod_key) == 0, *self.ids.held_compare(node_id)]
+        compare = [tx.Version(pod_key) == 0, *self.ids.guards.get(node_id, ())]
         compare += [tx.Version(self.keys.allocation(node_id, ip)) == 0 for ip in ips]
         ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
         ops += [self._alloc_put(node_id, ip, record, time.time()) for ip in ips]
@@ -64,7 +64,7 @@ class PodAllocations:
         pod_key = self.keys.pod(node_id, record.key)
         if previous is not None and previous.addresses == record.addresses:
             compare = [tx.Value(pod_key) == dump(previous.to_json_dict())]
-            compare += self.ids.held_compare(node_id)
+            compare += self.ids.guards.get(node_id, ())
             ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
             if self.etcd.txn(f"update pod {record.key}", compare, ops):
                 return
@@ -81,7 +81,7 @@ class PodAllocations:
             compare = (
                 [tx.Version(pod_key) == 0] if old_raw is None else [tx.Mod(pod_key) == old_mod]
             )
-            compare += self.ids.held_compare(node_id)
+            compare += self.ids.guards.get(node_id, ())
             ops = [tx.Put(pod_key, dump(record.to_json_dict()))]
             for ip in ips:
                 self._claim_ip(node_id, ip, record, compare, ops)

@@ -8,7 +8,8 @@ allocation key per pod address. The parts, one module each:
     etcd_client.py      the connection, and the one place where etcd errors become agent errors
     etcd_keys.py        the key layout and value format (docs/etcd-keys.md)
     id_bindings.py      node IDs: claim, bind again, release, list; the bindings held here
-    pod_allocations.py  pod records and allocation keys, guarded by the held binding
+    pod_allocations.py  pod records and allocation keys, guarded by the held binding (the
+                        Store's own methods: it is a PodAllocations with node IDs besides)
 
 `etcd` and `keys` are public for the node registry (agent/state/registry), which keeps its own
 keys on a store of its own.
@@ -16,9 +17,6 @@ keys on a store of its own.
 
 from __future__ import annotations
 
-from typing import Any
-
-from agent.model.pod import PodKey, PodRecord
 from agent.state.etcd_client import EtcdClient
 from agent.state.etcd_keys import EtcdKeys
 from agent.state.etcd_tls import EtcdTLS
@@ -26,8 +24,13 @@ from agent.state.id_bindings import Binding, NodeIdBindings
 from agent.state.pod_allocations import PodAllocations
 
 
-class Store:
-    """Node IDs, pod records and allocations. Thread-safe (the client is)."""
+class Store(PodAllocations):
+    """Node IDs, pod records and allocations. Thread-safe (the client is).
+
+    The pod records and their allocations are the store's own methods (put_pod, update_pod,
+    delete_pod, get_pod, list_pods, list_allocations: agent/state/pod_allocations), so the
+    writes of every ADD and DEL go to etcd with no layer between; the node IDs are
+    agent/state/id_bindings', through the methods below."""
 
     def __init__(
         self,
@@ -36,10 +39,9 @@ class Store:
         timeout: float = 2.0,
         tls: EtcdTLS | None = None,
     ) -> None:
-        self.etcd = EtcdClient(endpoints, timeout, tls)
-        self.keys = EtcdKeys(prefix)
-        self._ids = NodeIdBindings(self.etcd, self.keys)
-        self._pods = PodAllocations(self.etcd, self.keys, self._ids)
+        etcd = EtcdClient(endpoints, timeout, tls)
+        keys = EtcdKeys(prefix)
+        super().__init__(etcd, keys, NodeIdBindings(etcd, keys))
 
     @property
     def prefix(self) -> str:
@@ -53,48 +55,23 @@ class Store:
 
     def claim_node_id(self, node_name: str, max_id: int) -> int:
         """The node's ID: the one it holds already, else the smallest free one (1-based)."""
-        return self._ids.claim(node_name, max_id)
+        return self.ids.claim(node_name, max_id)
 
     def bind_node_id(self, node_name: str, node_id: int) -> Binding:
         """Makes sure `node_id` is bound to `node_name` again (see NodeIdBindings.bind)."""
-        return self._ids.bind(node_name, node_id)
+        return self.ids.bind(node_name, node_id)
 
     def release_node_id(self, node_name: str) -> bool:
         """Frees the node's ID (explicit operator action); False if it held none."""
-        return self._ids.release(node_name)
+        return self.ids.release(node_name)
 
     def node_ids(self) -> dict[str, int]:
         """Node name -> node ID, for every node holding one."""
-        return self._ids.by_name()
+        return self.ids.by_name()
 
     def removal_marked(self, node_name: str) -> bool:
         """Whether an operator removed the node (node remove, agent.nodes release)."""
-        return self._ids.removal_marked(node_name)
-
-    # ---- pods and their allocations (per node): agent/state/pod_allocations -----------------
-
-    def put_pod(self, node_id: int, record: PodRecord) -> None:
-        self._pods.put_pod(node_id, record)
-
-    def update_pod(
-        self, node_id: int, record: PodRecord, previous: PodRecord | None = None
-    ) -> None:
-        self._pods.update_pod(node_id, record, previous)
-
-    def delete_pod(
-        self, node_id: int, key: PodKey, known: PodRecord | None = None
-    ) -> PodRecord | None:
-        return self._pods.delete_pod(node_id, key, known)
-
-    def get_pod(self, node_id: int, key: PodKey) -> PodRecord | None:
-        return self._pods.get_pod(node_id, key)
-
-    def list_pods(self, node_id: int) -> list[PodRecord]:
-        return self._pods.list_pods(node_id)
-
-    def list_allocations(self, node_id: int) -> dict[str, dict[str, Any]]:
-        """IP -> {container_id, ifname, pod_namespace, pod_name, since}."""
-        return self._pods.list_allocations(node_id)
+        return self.ids.removal_marked(node_name)
 
     # ---- health -----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import subprocess
 
 import pytest
 
+from agent.dataplane.kernel import mac_from_key
 from agent.lifecycle.add_steps import netns_identity, netns_matches
 from agent.linux import iproute, netlink
 from agent.linux.netns import PodNetns, using
@@ -26,7 +27,7 @@ from testbed.netns import named_netns, process_netns, run_in, unique
 
 def test_veth_into_named_netns(node_ns: str, pod_netns: str) -> None:
     host = unique("th")
-    mac = netlink.mac_from_key(PodKey("c1", "eth0"))
+    mac = mac_from_key(PodKey("c1", "eth0"))
     index, host_mac = netlink.create_veth(host, pod_netns, "eth0", 1400, mac, "vswitch-cni:c1:eth0")
     assert index > 0 and len(host_mac) == 17
     with iproute.pod_ns(pod_netns) as ipr:
@@ -78,13 +79,13 @@ def test_taken_ifname_names_cni_ifname_and_leaves_nothing(node_ns: str, pod_netn
 
 
 def test_mac_from_key_is_stable_local_unicast() -> None:
-    macs = {netlink.mac_from_key(PodKey(f"c{i}", "eth0")) for i in range(200)}
+    macs = {mac_from_key(PodKey(f"c{i}", "eth0")) for i in range(200)}
     assert len(macs) == 200
     for mac in macs:
         first = int(mac.split(":")[0], 16)
         assert first & 0x01 == 0 and first & 0x02 == 0x02
     key = PodKey("abc", "eth1")
-    assert netlink.mac_from_key(key) == netlink.mac_from_key(PodKey("abc", "eth1"))
+    assert mac_from_key(key) == mac_from_key(PodKey("abc", "eth1"))
 
 
 @pytest.mark.parametrize("bad", ["", "a-name-longer-than-15", "eth/0", "eth 0", "..", "e:1"])

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from agent.linux import netlink, nlcodec, nlwrite
+from agent.linux import nlcodec, nlwrite
 from agent.linux.netns import PodNetns
 from testbed.netns import named_netns, run_in
 
@@ -28,7 +28,7 @@ def link(netns: str, name: str) -> dict[str, object]:
 
 def test_a_batch_creates_tags_and_reads_back_a_veth_in_one_go() -> None:
     with named_netns("trh") as host, named_netns("trp") as pod, PodNetns.open(pod) as netns:
-        with netlink.pod_batch(host) as batch:
+        with nlwrite.pod_batch(host) as batch:
             batch.add_veth("trh0", 1400, "eth0", netns.fd, "02:00:00:00:00:07")
             batch.set_link("trh0", alias="vswitch-cni:test:eth0")
             seq = batch.get_link("trh0")
@@ -42,7 +42,7 @@ def test_a_batch_creates_tags_and_reads_back_a_veth_in_one_go() -> None:
 
 
 def test_a_refused_request_is_named_and_the_rest_still_runs() -> None:
-    with named_netns("trp") as pod, netlink.pod_batch(pod) as batch:
+    with named_netns("trp") as pod, nlwrite.pod_batch(pod) as batch:
         batch.set_link("nosuchlink", up=True)
         batch.set_link(index=1, up=True)  # lo
         with pytest.raises(nlwrite.RequestFailed) as err:
