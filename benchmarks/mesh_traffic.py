@@ -126,6 +126,7 @@ def measure(result: SetupResult, rows: Plan, service: DnatService, counts: Count
                 log(f"{result.name}: {row.key} failed: {short(exc)}")
                 continue
             result.values.setdefault(row.key, []).append(value)
+            result.loads.append(float(machine.loadavg().split()[0]))
             if retransmits is not None:
                 result.retransmits.setdefault(row.key, []).append(retransmits)
             log(f"{result.name} run {run + 1}: {row.key} {value:.3f}")

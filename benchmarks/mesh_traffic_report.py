@@ -66,6 +66,7 @@ class SetupResult:
     pod_tso: dict[str, bool] = field(default_factory=dict)  # ethtool feature -> on
     load_start: str = ""
     load_end: str = ""
+    loads: list[float] = field(default_factory=list)  # 1-minute load after each measurement
     seconds: float = 0.0
 
     def median(self, key: str) -> float | None:
@@ -144,7 +145,10 @@ def _setup_lines(results: list[SetupResult]) -> list[str]:
     for r in results:
         keys = ", ".join(f"{k}: {v}" for k, v in r.config.items())
         tso = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in r.pod_tso.items())
-        what = {"ok": f"measured in {r.seconds:.0f} s, load {r.load_start} -> {r.load_end}",
+        during = (f" (1-minute load after each measurement: median "
+                  f"{statistics.median(r.loads):.2f}, max {max(r.loads):.2f})" if r.loads else "")
+        what = {"ok": f"measured in {r.seconds:.0f} s, load {r.load_start} -> {r.load_end}"
+                      + during,
                 "failed": f"**failed**: {r.note}", "skipped": f"skipped: {r.note}"}[r.status]
         out.append(f"- `{r.name}` (`{keys}`): {what}" + (f"; pod eth0: {tso}" if tso else ""))
         out += [f"  - {ROW_LABELS[k]}: **failed**: {e}" for k, e in r.errors.items()]
