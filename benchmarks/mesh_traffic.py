@@ -63,7 +63,7 @@ SETUPS: tuple[tuple[str, dict[str, Any]], ...] = (
     # VPP's own VXLAN tunnels; the agent turns the pods' IPv4 TSO off (VPP 26.06's GSO bug)
     ("vpp-vxlan-in-vpp", {"Dataplane": "vpp"}),
     # VPP hands remote traffic to Linux over its interconnect, Linux's VXLAN device carries it
-    ("vpp-vxlan-in-linux", {"Dataplane": "vpp", "VxlanOwner": "linux"}),
+    ("vpp-vxlan-in-linux", {"Dataplane": "vpp", "VXLANOwner": "linux"}),
 )
 DEFAULT_OUT = REPO / "BENCHMARKS.md"
 SERVICE_IP = "10.96.25.1"
