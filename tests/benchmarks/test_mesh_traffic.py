@@ -12,7 +12,8 @@ Test plan:
 - The report: every row says "mesh on"; a VPP setup's column has its ratio to the kernel's
   median (UDP loss: the difference in points); a failed setup shows its reason and "failed"
   cells, a skipped one its note; a row that broke is marked and explained.
-- The setups table: names unique, the baseline first, VPP setups asking for `Dataplane: vpp`.
+- The setups table: names unique, the baseline first, VPP setups asking for `Dataplane: vpp`
+  and naming their VXLANOwner (the agent's default may change).
 """
 
 from __future__ import annotations
@@ -108,3 +109,5 @@ def test_short_keeps_the_agents_reason_and_the_setups_table_is_sound() -> None:
     assert names[0] == BASELINE and len(set(names)) == len(names)
     assert all(config["Dataplane"] == ("vpp" if "vpp" in name else "kernel")
                for name, config in SETUPS)
+    owners = {name: config.get("VXLANOwner") for name, config in SETUPS}
+    assert owners == {"kernel": None, "vpp-vxlan-in-vpp": "vpp", "vpp-vxlan-in-linux": "linux"}

@@ -20,7 +20,7 @@ from testbed.vpp_nodes import REAL_VPP
 from tests.fakevpp import API_DIR, FakeVPP
 
 POD_VRF, BD = 1, 10
-__all__ = ["REAL_VPP", "VppNodes", "linux_routes", "naming", "vpp_view"]
+__all__ = ["BD", "POD_VRF", "REAL_VPP", "VppNodes", "linux_routes", "naming", "vpp_view"]
 
 
 class VppNodes(vpp_nodes.VppNodes):
