@@ -31,6 +31,7 @@ from benchmarks import (
     ipam_core,
     machine,
     mesh_scale,
+    mesh_traffic_report,
     nodeid,
     plugin_exec,
     policy_compile,
@@ -231,10 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)
     results = run(QUICK if args.quick else FULL, "quick" if args.quick else "full", command)
-    # the soak's and the policy benchmarks' sections are their own benchmarks' to write
+    # the soak's, the mesh traffic's and the policy benchmarks' sections are their own
+    # benchmarks' to write
     kept = soak_report.kept_section(out) + "".join(
         soak_report.kept_section(out, m.BEGIN, m.END)
-        for m in (policy_kernel, policy_compile, policy_enforce_report))
+        for m in (mesh_traffic_report, policy_kernel, policy_compile, policy_enforce_report))
     out.write_text(render(results) + (f"\n{kept}" if kept else ""))
     log(f"wrote {out} ({results.wall_s:.0f} s)")
     print(out)

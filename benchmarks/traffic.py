@@ -79,9 +79,14 @@ QUICK = Counts(runs=1, seconds=1, pings=10, memory_pods=2)
 
 # --- one measurement -----------------------------------------------------------------------
 
-def _iperf(client_ns: str, server_ns: str, addr: str, args: list[str], seconds: int
-           ) -> dict[str, object]:
-    port = str(5201 + os.getpid() % 1000)
+IPERF_PORT = 5201 + os.getpid() % 1000  # the server's port (each in a namespace of its own)
+
+
+def _iperf(client_ns: str, server_ns: str, addr: str, args: list[str], seconds: int,
+           connect: str = "") -> dict[str, object]:
+    """iperf3's JSON: a server bound to `addr` in `server_ns`, the client in `client_ns`
+    dialing `connect` (default `addr`; a Service address DNATed to it, same port)."""
+    port = str(IPERF_PORT)
     server = subprocess.Popen(["nsenter", f"--net={server_ns}", "iperf3", "-s", "-B", addr,
                                "-p", port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -90,7 +95,8 @@ def _iperf(client_ns: str, server_ns: str, addr: str, args: list[str], seconds: 
             if time.monotonic() > deadline or server.poll() is not None:
                 raise RuntimeError(f"iperf3 server on {addr}:{port} did not start")
             time.sleep(0.05)
-        r = run_in(client_ns, "iperf3", "-c", addr, "-p", port, "-t", str(seconds), "-J", *args)
+        r = run_in(client_ns, "iperf3", "-c", connect or addr, "-p", port, "-t", str(seconds),
+                   "-J", *args)
         result: dict[str, object] = json.loads(r.stdout)
         if "error" in result:
             raise RuntimeError(f"iperf3: {result['error']}")
@@ -107,11 +113,16 @@ def measure_pair(fig: Figures, a_ns: str, b_ns: str, b_addr: str, counts: Counts
         fig.tcp_gbps.append(tcp["end"]["sum_received"]["bits_per_second"] / 1e9)  # type: ignore[index]
         udp = _iperf(a_ns, b_ns, b_addr, ["-u", "-b", "1G", "-l", "1400"], counts.seconds)
         fig.udp_loss_pct.append(float(udp["end"]["sum"]["lost_percent"]))  # type: ignore[index]
-        ping = run_in(a_ns, "ping", "-q", "-c", str(counts.pings), "-i", "0.01", b_addr)
-        found = re.search(r"= [\d.]+/([\d.]+)/", ping.stdout)
-        if found is None:
-            raise RuntimeError(f"ping {b_addr} failed: {ping.stdout} {ping.stderr}")
-        fig.rtt_ms.append(float(found.group(1)))
+        fig.rtt_ms.append(ping_rtt_ms(a_ns, b_addr, counts.pings))
+
+
+def ping_rtt_ms(netns: str, addr: str, pings: int) -> float:
+    """The average RTT of `pings` pings 10 ms apart from `netns` to `addr`."""
+    ping = run_in(netns, "ping", "-q", "-c", str(pings), "-i", "0.01", addr)
+    found = re.search(r"= [\d.]+/([\d.]+)/", ping.stdout)
+    if found is None:
+        raise RuntimeError(f"ping {addr} failed: {ping.stdout} {ping.stderr}")
+    return float(found.group(1))
 
 
 def _mem_available() -> int:

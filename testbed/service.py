@@ -3,8 +3,10 @@
 `DnatService(ip, port)` creates table `ip <name>` with a prerouting NAT chain (pods' traffic)
 that DNATs ip:port, TCP and UDP, to one backend; `point_to(addr, tcp_port, udp_port)` replaces
 the backend in one nft transaction (kube-proxy updating a Service's endpoints), `remove()`
-deletes the table. Only pods' traffic is translated (no output chain): the node's own
-connections to the address would need a route, and nothing of a test may leave the machine.
+deletes the table. With `netns` (an `ip netns` name: a node of testbed/cluster.py) the table is
+in that namespace, else in the caller's. Only pods' traffic is translated (no output chain): the
+node's own connections to the address would need a route, and nothing of a test may leave the
+machine.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import subprocess
 
 
 class DnatService:
-    def __init__(self, ip: str, port: int = 80, table: str = "") -> None:
+    def __init__(self, ip: str, port: int = 80, table: str = "", netns: str = "") -> None:
         self.ip = ip
         self.port = port
+        self.netns = netns
         self.table = table or f"test-svc-{secrets.token_hex(3)}"
         self.backend = ""
         self._nft(f"add table ip {self.table}",
@@ -34,10 +37,13 @@ class DnatService:
         self.backend = addr
 
     def remove(self) -> None:
-        subprocess.run(["nft", "delete", "table", "ip", self.table], capture_output=True,
-                       check=False, timeout=30)
+        subprocess.run([*self._in, "nft", "delete", "table", "ip", self.table],
+                       capture_output=True, check=False, timeout=30)
 
-    @staticmethod
-    def _nft(*commands: str) -> None:
-        subprocess.run(["nft", "-f", "-"], input="\n".join(commands), text=True, check=True,
-                       capture_output=True, timeout=30)
+    @property
+    def _in(self) -> list[str]:
+        return ["ip", "netns", "exec", self.netns] if self.netns else []
+
+    def _nft(self, *commands: str) -> None:
+        subprocess.run([*self._in, "nft", "-f", "-"], input="\n".join(commands), text=True,
+                       check=True, capture_output=True, timeout=30)

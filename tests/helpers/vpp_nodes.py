@@ -1,12 +1,6 @@
 """Nodes of the one-machine cluster (testbed/cluster.py) with `Dataplane: vpp`: one VPP per
-node namespace, a fake one (tests/fakevpp, CI) or a real one (started by a command of the
-machine's, named in the environment).
-
-    VSWITCH_TEST_VPP_START        command starting a VPP: `$CMD NAME NETNS` (NETNS an `ip netns`
-                                  name); returns once its API socket exists
-    VSWITCH_TEST_VPP_STOP         command stopping it: `$CMD NAME`
-    VSWITCH_TEST_VPP_MESH_SOCKET  the API socket of instance NAME, `{name}` standing for it
-    VSWITCH_TEST_VPP_API_DIR      optional: VPP's .api.json folder (else fetched from the VPP)
+node namespace, a fake one (tests/fakevpp, CI) or a real one (testbed/vpp_nodes.py: started by a
+command of the machine's, named in the environment there).
 
 `vpp_view` reads what a VPP holds for the mesh through the agent's own VPP modules (so the same
 code inspects the fake and the real VPP): tunnels, bridge-domain FIB, BVI neighbors, pod-VRF
@@ -16,69 +10,40 @@ routes via the BVI.
 from __future__ import annotations
 
 import ipaddress
-import os
-import secrets
-import shlex
-import subprocess
-from typing import Any
 
 from agent.dataplane.vpp import interfaces, ip, neighbors
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.mesh import BVI_TAG, VppMesh
+from testbed import vpp_nodes
 from testbed.cluster import Cluster, Node, sh
+from testbed.vpp_nodes import REAL_VPP
 from tests.fakevpp import API_DIR, FakeVPP
 
-START = os.environ.get("VSWITCH_TEST_VPP_START", "")
-STOP = os.environ.get("VSWITCH_TEST_VPP_STOP", "")
-SOCKET = os.environ.get("VSWITCH_TEST_VPP_MESH_SOCKET", "")
-REAL_API_DIR = os.environ.get("VSWITCH_TEST_VPP_API_DIR", "")
-REAL_VPP = bool(START and STOP and SOCKET)
 POD_VRF, BD = 1, 10
+__all__ = ["BD", "POD_VRF", "REAL_VPP", "VppNodes", "linux_routes", "naming", "vpp_view"]
 
 
-class VppNodes:
-    """Adds nodes to `cluster`, each with its own VPP; `close()` stops every VPP."""
+class VppNodes(vpp_nodes.VppNodes):
+    """testbed's VppNodes, with fake VPPs unless `real`."""
 
     def __init__(self, cluster: Cluster, real: bool) -> None:
-        self.cluster = cluster
+        super().__init__(cluster)
         self.real = real
-        self.suffix = secrets.token_hex(2)
         self.fakes: dict[str, FakeVPP] = {}
-        self.started: list[str] = []  # real instances' names
-        self.sockets: dict[str, str] = {}  # node name -> API socket
-        self.names: dict[str, str] = {}  # node name -> VPP instance name
 
-    def add_node(self, **extra: Any) -> Node:
-        node = self.cluster.add_node(start=False, **extra)
-        name = f"vsw{node.index}{self.suffix}"
+    def launch(self, node: Node, name: str) -> tuple[str, str]:
         if self.real:
-            self.started.append(name)
-            out = subprocess.run([*shlex.split(START), name, node.netns], capture_output=True,
-                                 text=True, check=False, timeout=120)
-            assert out.returncode == 0, f"starting VPP {name}: {out.stdout} {out.stderr}"
-            socket, api_dir = SOCKET.replace("{name}", name), REAL_API_DIR
-        else:
-            socket, api_dir = str(self.cluster.workdir / f"{name}.sock"), API_DIR
-            fake = FakeVPP(socket, API_DIR, netns=f"/var/run/netns/{node.netns}")
-            fake.start()
-            self.fakes[name] = fake
-        self.sockets[node.name] = socket
-        self.names[node.name] = name
-        node.extra.update({"Dataplane": "vpp", "VPPAPISocket": socket, "VPPAPIDir": api_dir,
-                           "UseTAPInterfaces": False})
-        node.start_agent()
-        return node
+            return super().launch(node, name)
+        socket = str(self.cluster.workdir / f"{name}.sock")
+        fake = FakeVPP(socket, API_DIR, netns=f"/var/run/netns/{node.netns}")
+        fake.start()
+        self.fakes[name] = fake
+        return socket, API_DIR
 
     def close(self) -> None:
         for fake in self.fakes.values():
             fake.stop()
-        for name in self.started:
-            subprocess.run([*shlex.split(STOP), name], capture_output=True, check=False,
-                           timeout=60)
-
-    def api(self, node: Node) -> VppApi:
-        return VppApi(self.sockets[node.name], REAL_API_DIR if self.real else API_DIR or None,
-                      5.0, 10.0, "vswitch-test")
+        super().close()
 
 
 def vpp_view(api: VppApi) -> dict[str, list[str]]:
