@@ -148,7 +148,9 @@ class Churn:
             self.namespaces.remove(pod.netns)
             return None
         key = PodKey(cid, "eth0")
-        link = (names.veth_host_ifname(key) if self.dataplane == "vpp"
+        # VPP: a reused name (agent/dataplane/vpp/podlinks), the one the result reports
+        link = (next(i["name"] for i in out["interfaces"] if not i.get("sandbox"))
+                if self.dataplane == "vpp"
                 else f"{self.agent.config['HostInterfacePrefix']}{key.digest(11)}")
         soak_pod = SoakPod(pod, str(out["ips"][0]["address"]).split("/")[0], link,
                            names.pod_tag(key))
@@ -198,7 +200,8 @@ class Churn:
         live_addresses = frozenset(p.address for p in self.live)
         return soak_sample.Owned(
             live_links=frozenset(p.link for p in self.live),
-            dead_links=frozenset(p.link for p in self.dead.values()),
+            # VPP reuses the host ends' names: a live pod may have a deleted one's
+            dead_links=frozenset(p.link for p in self.dead.values()) - {p.link for p in self.live},
             live_tags=frozenset(p.tag for p in self.live),
             dead_tags=frozenset(p.tag for p in self.dead.values()),
             live_addresses=live_addresses,

@@ -64,6 +64,7 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         host_linux_ip=networks.host_linux_ip,
         host_ifname=cfg.vpp_host_interface,
         host_vpp_ifname=cfg.vpp_host_peer_interface,
+        pod_link_prefix=f"{cfg.host_interface_prefix}p",
         route_cluster=cfg.vxlan_in_vpp,
         cluster_pod_nets=tuple(n for n in (cfg.ipam.pod_subnet_cidr, cfg.ipam.pod_subnet_v6_cidr)
                                if n is not None),

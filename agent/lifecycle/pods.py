@@ -217,8 +217,8 @@ class PodManager:
                 self._delete_offline(req, exc)
                 return
             if record is None:
-                # Nothing recorded; still remove what a crashed ADD may have left (names are
-                # derived from the key, so the driver can find them without a record).
+                # Nothing recorded; still remove what a crashed ADD may have left (the drivers
+                # find a pod's objects by names derived from its key, or by its tag).
                 self._detach(req.key, req.netns, None)
                 self._forget(req.key)
                 return

@@ -94,16 +94,18 @@ def pod_reader(netns_path: str) -> Iterator[nlread.Reader]:
 
 
 def create_veth(
-    host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int, pod_mac: str | None, alias: str
+    host_ifname: str, pod_netns: str, pod_ifname: str, mtu: int, pod_mac: str | None, alias: str,
+    replace: bool = True,
 ) -> tuple[int, str]:
     """Creates a veth pair, the peer directly in `pod_netns` as `pod_ifname`; both ends up.
 
     The host end carries `alias` (IFLA_IFALIAS, the owner tag). Returns the host end's index
-    and MAC. On failure nothing of the pair is left behind.
+    and MAC. On failure nothing of the pair is left behind. `replace`: see nlwrite.add_veth.
     """
     with PodNetns.open(pod_netns) as netns:
         with host_batch() as batch:
-            index, mac = add_veth(batch, host_ifname, netns, pod_ifname, mtu, pod_mac, alias)
+            index, mac = add_veth(batch, host_ifname, netns, pod_ifname, mtu, pod_mac, alias,
+                                  replace)
         try:
             with pod_batch(pod_netns, netns) as pod:
                 pod.set_link(pod_ifname, up=True)

@@ -234,11 +234,14 @@ def _on_host_link(request: Callable[[Batch], object], what: str) -> bool:
 
 def add_veth(
     batch: Batch, host_ifname: str, pod_netns: PodNetns, pod_ifname: str, mtu: int,
-    pod_mac: str | None, alias: str,
+    pod_mac: str | None, alias: str, replace: bool = True,
 ) -> tuple[int, str]:
     """Creates a veth pair through `batch` (host namespace), the peer directly in `pod_netns`
     (by its fd) as `pod_ifname`, left down (agent/linux/pod_netns brings it up); the host end up
     and tagged with `alias`. Returns the host end's index and MAC; on failure nothing is left.
+    `replace`: a host end of that name is the attachment's own leftover (a name derived from
+    its key) and is deleted; else the name belongs to someone else and the add fails (EEXIST,
+    a DataplaneFailure caused by it).
 
     One round trip: the add (the host end created up: without carrier until the pod end comes
     up, so IPv6 makes no link-local address on it before DAD is off), the alias (the kernel
@@ -246,7 +249,8 @@ def add_veth(
     """
     _check_ifname(pod_ifname)
     try:
-        link = _add_pair(batch, host_ifname, mtu, pod_ifname, pod_netns.fd, pod_mac, alias)
+        link = _add_pair(batch, host_ifname, mtu, pod_ifname, pod_netns.fd, pod_mac, alias,
+                         replace)
     except OSError as exc:
         raise _veth_add_error(exc, host_ifname, pod_netns.path, pod_ifname) from exc
     try:
@@ -262,11 +266,25 @@ def add_veth(
 
 def _add_pair(
     batch: Batch, host_ifname: str, mtu: int, pod_ifname: str, fd: int, pod_mac: str | None,
-    alias: str,
+    alias: str, replace: bool,
 ) -> Link:
     """Adds the pair; a host end of that name left by an interrupted attempt of the same
     attachment (the name derives from its key) is deleted first. Checking for it only when
-    the add fails keeps a lookup off every ADD."""
+    the add fails keeps a lookup off every ADD.
+
+    Without `replace` the alias is set by the new link's index in a second round trip: in one
+    batch, the kernel would go on after a refused add and tag the link that holds the name."""
+    if not replace:
+        batch.add_veth(host_ifname, mtu, pod_ifname, fd, pod_mac)
+        seq = batch.get_link(host_ifname)  # a refused add raises first (the lower number)
+        link = batch.send()[seq]
+        try:
+            batch.set_link(index=link.index, alias=alias)
+            batch.send()
+        except BaseException:
+            delete_link(host_ifname)
+            raise
+        return link
     for retry in (False, True):
         batch.add_veth(host_ifname, mtu, pod_ifname, fd, pod_mac)
         batch.set_link(host_ifname, alias=alias)

@@ -53,11 +53,11 @@ def reconnected(dp: VppDataplane) -> bool:
     return any(dp.ready() for _ in range(3))
 
 
-def assert_all_gone(fake: FakeVPP, dp: VppDataplane, p: PodNetwork) -> None:
+def assert_all_gone(fake: FakeVPP, dp: VppDataplane, p: PodNetwork, host: str) -> None:
     assert fake.interface_by_tag(names.pod_tag(p.key)) is None
     assert not any(str(p.addresses[0].ip) in prefix for _, prefix in fake.routes(1))
     assert not any(ip == str(p.addresses[0].ip) for _, ip in fake.neighbors())
-    assert not netlink.link_exists(names.veth_host_ifname(p.key))
+    assert not netlink.link_exists(host)
     assert dp.owned() == {}
 
 
@@ -67,7 +67,7 @@ def test_a_del_removes_the_af_packet_interface_before_its_veth(
     dp, p, wiring = wired(driver_factory, pod_ns, "10.1.1.40/32")
     dp.detach(p, wiring)
     assert fake.log() == []
-    assert_all_gone(fake, dp, p)
+    assert_all_gone(fake, dp, p, wiring.host_ifname)
 
 
 def test_a_vpp_that_stops_answering_keeps_the_veth_until_the_retried_del(
@@ -78,11 +78,11 @@ def test_a_vpp_that_stops_answering_keeps_the_veth_until_the_retried_del(
     assert not dp.ready()  # the agent's probe notices (and drops the connection)
     with pytest.raises(TryAgainLater):
         dp.detach(p, wiring)
-    assert netlink.link_exists(names.veth_host_ifname(p.key))  # VPP may still read from it
+    assert netlink.link_exists(wiring.host_ifname)  # VPP may still read from it
     fake.start()
     dp.detach(p, wiring)  # the runtime's retry
     assert fake.log() == []
-    assert_all_gone(fake, dp, p)
+    assert_all_gone(fake, dp, p, wiring.host_ifname)
 
 
 def test_a_refused_af_packet_delete_keeps_the_veth_until_the_retried_del(
@@ -92,10 +92,10 @@ def test_a_refused_af_packet_delete_keeps_the_veth_until_the_retried_del(
     fake.fail_once("af_packet_delete", -1)
     with pytest.raises(DataplaneFailure):
         dp.detach(p, wiring)
-    assert netlink.link_exists(names.veth_host_ifname(p.key))
+    assert netlink.link_exists(wiring.host_ifname)
     dp.detach(p, wiring)
     assert fake.log() == []
-    assert_all_gone(fake, dp, p)
+    assert_all_gone(fake, dp, p, wiring.host_ifname)
 
 
 def test_a_del_after_a_vpp_restart_only_removes_the_veth(
@@ -108,7 +108,7 @@ def test_a_del_after_a_vpp_restart_only_removes_the_veth(
     dp.detach(p, wiring)
     assert "af_packet_delete" not in fake.requests
     assert fake.log() == []
-    assert not netlink.link_exists(names.veth_host_ifname(p.key))
+    assert not netlink.link_exists(wiring.host_ifname)
 
 
 @pytest.mark.parametrize("died_after", ["routes", "af_packet"])
@@ -121,12 +121,12 @@ def test_a_restarted_agent_finishes_a_del_in_order(
     assert itf is not None
     dp._unwire_vpp(p, itf.sw_if_index)
     if died_after == "af_packet":
-        afpacket.delete(dp.api, names.veth_host_ifname(p.key))
+        afpacket.delete(dp.api, wiring.host_ifname)
     dp.close()
     again = driver_factory()
     again.detach(p, wiring)  # the runtime's retry, answered by the new agent
     assert fake.log() == []
-    assert_all_gone(fake, again, p)
+    assert_all_gone(fake, again, p, wiring.host_ifname)
 
 
 def test_a_del_after_the_netns_is_gone_removes_everything(
@@ -137,7 +137,7 @@ def test_a_del_after_the_netns_is_gone_removes_everything(
     dp, p, wiring = wired(driver_factory, f"/var/run/netns/{name}", "10.1.1.45/32")
     subprocess.run(["ip", "netns", "del", name], check=True)  # the veth goes with it (async)
     dp.detach(p, wiring)  # what VPP logged when the netns went is the runtime's doing
-    assert_all_gone(fake, dp, p)
+    assert_all_gone(fake, dp, p, wiring.host_ifname)
 
 
 def test_repair_after_a_vpp_restart_deletes_no_binding_vpp_lacks(
@@ -151,4 +151,4 @@ def test_repair_after_a_vpp_restart_deletes_no_binding_vpp_lacks(
     assert fake.log() == []  # no "Host interface ... does not exist"
     dp.detach(p, restored)
     assert fake.log() == []
-    assert_all_gone(fake, dp, p)
+    assert_all_gone(fake, dp, p, wiring.host_ifname)

@@ -19,6 +19,7 @@ veth; nothing of the pod is left in VPP or on the node.
 
 from __future__ import annotations
 
+import json
 import secrets
 import subprocess
 import sys
@@ -69,6 +70,11 @@ def vpp_agent_config(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, n
                             "VPPHostPeerInterface": f"{links}{suffix}v"})
 
 
+
+def host_end(result: str) -> str:
+    """The pod's veth host end, as the CNI result names it (a reused name: podlinks.py)."""
+    return str(next(i["name"] for i in json.loads(result)["interfaces"] if not i.get("sandbox")))
+
 @pytest.mark.parametrize("interrupted", ["agent down", *VPP_DEL_POINTS])
 def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
     tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, interrupted: str
@@ -76,7 +82,7 @@ def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
     config = vpp_agent_config(tmp_path, etcd_endpoints, fake, "delorder", "vso")
     cid = f"c{secrets.token_hex(8)}"
     key = PodKey(cid, "eth0")
-    host, parked = names.veth_host_ifname(key), parked_name(cid, "eth0")
+    host, parked = "", parked_name(cid, "eth0")
     agents: list[AgentHandle] = []
 
     def agent(env: dict[str, str] | None = None) -> AgentHandle:
@@ -91,6 +97,7 @@ def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
         with named_netns("vdo") as netns:
             out = run_plugin("ADD", conf, container_id=cid, netns=netns)
             assert out.returncode == 0, out.stdout + out.stderr
+            host = host_end(out.stdout)
             first.stop()
             if interrupted != "agent down":
                 dying = agent({"VSWITCH_FAILPOINTS": interrupted})
@@ -113,7 +120,8 @@ def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
     finally:
         for handle in agents:
             handle.stop()
-        for name in (host, parked, config["VPPHostInterface"], config["GatewayInterface"]):
+        for name in (host or parked, parked, config["VPPHostInterface"],
+                     config["GatewayInterface"]):
             subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
         subprocess.run(["nft", "delete", "table", "inet", config["NatTable"]],
                        capture_output=True, check=False)
@@ -126,11 +134,13 @@ def test_teardown_removes_a_live_pods_vpp_interface_before_its_veth(
     cid = f"c{secrets.token_hex(8)}"
     key = PodKey(cid, "eth0")
     handle = start_agent(tmp_path, config)
+    host = config["GatewayInterface"]
     try:
         handle.wait_ready()
         with named_netns("vdt") as netns:
             out = run_plugin("ADD", net_config(handle), container_id=cid, netns=netns)
             assert out.returncode == 0, out.stdout + out.stderr
+            host = host_end(out.stdout)
             handle.stop()
             done = subprocess.run([sys.executable, "-m", "agent.main", "--config",
                                    str(handle.config_path), "--teardown"],
@@ -139,10 +149,10 @@ def test_teardown_removes_a_live_pods_vpp_interface_before_its_veth(
             assert done.returncode == 0, done.stderr
             assert fake.log() == []
             assert fake.interface_by_tag(names.pod_tag(key)) is None
-            assert not netlink.link_exists(names.veth_host_ifname(key))
+            assert not netlink.link_exists(host)
     finally:
         handle.stop()
-        for name in (names.veth_host_ifname(key), config["VPPHostInterface"],
+        for name in (host, config["VPPHostInterface"],
                      config["GatewayInterface"]):
             subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
         subprocess.run(["nft", "delete", "table", "inet", config["NatTable"]],

@@ -95,24 +95,24 @@ def reconnected(dp: VppDataplane) -> bool:
     return False
 
 
-def assert_gone(dp: VppDataplane, pods: list[PodNetwork]) -> None:
+def assert_gone(dp: VppDataplane, pods: list[Attached]) -> None:
     tags = {i.tag for i in interfaces.dump(dp.api)}
     routes = {str(r) for r in ip.routes(dp.api, POD_VRF, False)}
     neigh = {addr for _, addr in neighbors.dump(dp.api)}
-    for p in pods:
+    for p, wiring in pods:
         addr = str(p.addresses[0].ip)
         assert names.pod_tag(p.key) not in tags
         assert f"{addr}/32" not in routes and addr not in neigh
-        assert not netlink.link_exists(names.veth_host_ifname(p.key))
+        assert not netlink.link_exists(wiring.host_ifname)
 
 
-def assert_no_client_lines(log: VppLogTail | None, pods: list[PodNetwork],
+def assert_no_client_lines(log: VppLogTail | None, pods: list[Attached],
                            own_expected: int | None = None) -> None:
     """VPP's log since `log` was made holds no line a client caused for `pods`' interfaces."""
     if log is None:
         return  # no VSWITCH_TEST_VPP_LOG: the log is not checked
     time.sleep(0.5)  # VPP logs a dead socket when epoll reports it
-    found = attribute(log.lines(), {names.veth_host_ifname(p.key) for p in pods})
+    found = attribute(log.lines(), {wiring.host_ifname for _, wiring in pods})
     assert found.caused_by_client == [], found.caused_by_client
     if own_expected is not None:
         assert len(found.vpp_own) == own_expected, found.vpp_own
@@ -125,8 +125,8 @@ def test_deleted_pods_leave_nothing_and_no_client_caused_log_line(
         pods = [attach(driver, ns, n) for n, ns in enumerate((a, b, c), start=10)]
         for p, wiring in pods:
             driver.detach(p, wiring)
-    assert_gone(driver, [p for p, _ in pods])
-    assert_no_client_lines(vpp_log, [p for p, _ in pods], own_expected=3)
+    assert_gone(driver, pods)
+    assert_no_client_lines(vpp_log, pods, own_expected=3)
 
 
 @pytest.mark.parametrize("died_after", ["routes", "af_packet"])
@@ -135,18 +135,18 @@ def test_a_del_a_killed_agent_left_half_done_is_finished_in_order(
 ) -> None:
     with named_netns("tvq") as ns:
         p, wiring = attach(driver, ns, 20)
-        itf = interfaces.by_name(driver.api, afpacket.vpp_name(names.veth_host_ifname(p.key)))
+        itf = interfaces.by_name(driver.api, afpacket.vpp_name(wiring.host_ifname))
         assert itf is not None
         driver._unwire_vpp(p, itf.sw_if_index)  # the first agent got this far
         if died_after == "af_packet":
-            afpacket.delete(driver.api, names.veth_host_ifname(p.key))
+            afpacket.delete(driver.api, wiring.host_ifname)
         again = make_driver()  # the restarted agent answers the runtime's retry
         try:
             again.detach(p, wiring)
         finally:
             again.close()
-    assert_gone(driver, [p])
-    assert_no_client_lines(vpp_log, [p], own_expected=1)
+    assert_gone(driver, [(p, wiring)])
+    assert_no_client_lines(vpp_log, [(p, wiring)], own_expected=1)
 
 
 def test_a_del_after_the_netns_is_gone_adds_no_client_caused_line(
@@ -157,15 +157,15 @@ def test_a_del_after_the_netns_is_gone_adds_no_client_caused_line(
     p, wiring = attach(driver, f"/var/run/netns/{name}", 30)
     subprocess.run(["ip", "netns", "del", name], check=True)
     deadline = time.monotonic() + 10
-    while netlink.link_exists(names.veth_host_ifname(p.key)):  # the kernel frees it late
+    while netlink.link_exists(wiring.host_ifname):  # the kernel frees it late
         assert time.monotonic() < deadline
         time.sleep(0.05)
     time.sleep(0.5)
     if vpp_log is not None:
         vpp_log.lines()  # what the netns' removal made VPP log is the runtime's order
     driver.detach(p, wiring)
-    assert_gone(driver, [p])
-    assert_no_client_lines(vpp_log, [p])
+    assert_gone(driver, [(p, wiring)])
+    assert_no_client_lines(vpp_log, [(p, wiring)])
 
 
 @pytest.mark.skipif(not RESTART, reason="VSWITCH_TEST_VPP_RESTART is not set")
@@ -180,5 +180,5 @@ def test_after_a_vpp_restart_del_and_repair_make_vpp_log_nothing_of_theirs(
         restored = driver.restore(pb, wb)  # VPP's interface made again on the kept veth
         assert restored is not None and driver.check(pb, restored) == []
         driver.detach(pb, restored)
-    assert_gone(driver, [pa, pb])
-    assert_no_client_lines(vpp_log, [pa, pb], own_expected=1)
+    assert_gone(driver, [(pa, wa), (pb, restored)])
+    assert_no_client_lines(vpp_log, [(pa, wa), (pb, restored)], own_expected=1)

@@ -35,6 +35,8 @@ class VppConfig:
     host_linux_ip: IPInterface | None = None  # Linux end of the VPP-host link
     host_ifname: str = "vpp1"  # Linux end's name (Contiv's)
     host_vpp_ifname: str = "vpp2"  # veth mode: the end VPP binds AF_PACKET to
+    # veth mode: pods' host ends are this plus a reused number (podlinks.py); HostInterfacePrefix+p
+    pod_link_prefix: str = "vswp"
     connect_timeout: float = 2.0  # seconds to connect (VPP down -> fast TryAgainLater)
     request_timeout: float = 5.0  # seconds for one reply
     client_name: str = "vswitch-agent"
@@ -56,6 +58,9 @@ class VppConfig:
             name = getattr(self, key)
             if not name or len(name) > IFNAMSIZ or "/" in name:
                 raise InvalidConfig(f"VPP config {key}={name!r}: not a valid interface name")
+        if not (self.pod_link_prefix.isalnum() and len(self.pod_link_prefix) <= 6):
+            raise InvalidConfig(f"VPP config pod_link_prefix={self.pod_link_prefix!r}: "
+                                "1 to 6 letters or digits")
 
     def _check_ranges(self) -> None:
         if not self.api_socket.startswith("/"):

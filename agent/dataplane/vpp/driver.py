@@ -30,10 +30,10 @@ from agent.dataplane.vpp import (
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
+from agent.dataplane.vpp.podlinks import PodLinks
 from agent.dataplane.vpp.tapv2 import TapV2
 from agent.dataplane.vpp.veth_afpacket import VethAfPacket
 from agent.infra import failpoints
-from agent.linux import netlink
 from agent.linux.netns import PodNetns
 from agent.model.errors import CniError, DataplaneFailure
 from agent.model.pod import IPAddress, PodKey, PodNetwork, Wiring
@@ -48,11 +48,13 @@ class VppDataplane:
         self.cfg = config
         self.api = VppApi(config.api_socket, config.api_dir, config.connect_timeout,
                           config.request_timeout, config.client_name)
+        # veth host ends, reused names (podlinks.py); in TAP mode too: orphans of a veth run
+        self.links = PodLinks(config.pod_link_prefix)
         self.mode: WiringMode = (
             TapV2(self.api, config.mtu, config.tap_rx_ring_size, config.tap_tx_ring_size,
                   config.vhost_net_path)
             if config.use_tap
-            else VethAfPacket(self.api, config.mtu, config.afpacket, config.pod_tso4)
+            else VethAfPacket(self.api, config.mtu, config.afpacket, self.links, config.pod_tso4)
         )
         self._base: base.BaseObjects | None = None
         self._base_generation = -1
@@ -115,7 +117,7 @@ class VppDataplane:
             self._unwire_vpp(pod, itf.sw_if_index)
         undo = UndoStack()
         try:
-            port = self.mode.adopt(pod, tag, undo)
+            port = self.mode.adopt(pod, tag, undo, wiring)
             if port is None:
                 return None
             self._configure(pod, port, objs.gateway_sw_if_index, undo)
@@ -159,22 +161,23 @@ class VppDataplane:
             extra={"sw_if_index": str(port.sw_if_index), "mode": self.mode.name, "tag": tag},
         )
 
-    def _pod_interfaces(self, pod: PodNetwork, tag: str) -> list[interfaces.VppInterface]:
+    def _pod_interfaces(
+        self, pod: PodNetwork, tag: str, wiring: Wiring | None
+    ) -> list[interfaces.VppInterface]:
         """The pod's VPP interfaces (more than one: leftovers). By name when the mode knows it
-        (one filtered request: an ADD or DEL costs the same with 10 or 500 pods on the node,
+        (a filtered request: an ADD or DEL costs the same with 10 or 500 pods on the node,
         and an interface whose tagging was interrupted is found too), else by tag."""
-        name = self.mode.vpp_name(pod)
-        if name is None:
+        found = self.mode.vpp_names(pod, wiring)
+        if found is None:
             return interfaces.by_tag(self.api, tag)
-        itf = interfaces.by_name(self.api, name)
-        return [itf] if itf is not None else []
+        return [i for i in (interfaces.by_name(self.api, n) for n in found) if i is not None]
 
     def _remove_leftovers(self, pod: PodNetwork, tag: str) -> None:
         """A failed or repeated ADD may have left the pod's objects: start clean."""
-        for itf in self._pod_interfaces(pod, tag):
+        for itf in self._pod_interfaces(pod, tag, None):
             log.info("removing leftover VPP interface %s of %s", itf.name, pod.key)
-            self._unwire(pod, itf.sw_if_index)
-        self.mode.remove(pod, None)
+            self._unwire(pod, itf.sw_if_index, None)
+        self.mode.remove(pod, None, None)
 
     def _configure(self, pod: PodNetwork, port: Port, gateway: int, undo: UndoStack) -> None:
         sw = port.sw_if_index
@@ -195,11 +198,11 @@ class VppDataplane:
         ip.add_route(self.api, vrf, host, ip.via_interface(host, sw))
         undo.push(f"delete route {host}", lambda: ip.delete_route(self.api, vrf, host))
 
-    def _unwire(self, pod: PodNetwork, sw_if_index: int | None) -> None:
+    def _unwire(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None) -> None:
         """Routes, neighbors, then the interface and link; what is missing is skipped."""
         self._unwire_vpp(pod, sw_if_index)
         failpoints.hit("del:vpp-unrouted")
-        self.mode.remove(pod, sw_if_index)
+        self.mode.remove(pod, sw_if_index, wiring)
 
     def _unwire_vpp(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         """The pod's routes and neighbors in VPP (only ours)."""
@@ -218,20 +221,20 @@ class VppDataplane:
         # VPP away: nothing is removed, not even the veth, which a VPP that stopped answering
         # may still poll (veth_afpacket.py); the runtime retries the DEL.
         self._ensure()
-        found = self._pod_interfaces(pod, names.pod_tag(pod.key))
+        found = self._pod_interfaces(pod, names.pod_tag(pod.key), wiring)
         if not found:
-            self._unwire(pod, None)
+            self._unwire(pod, None, wiring)
         for itf in found:
-            self._unwire(pod, itf.sw_if_index)
+            self._unwire(pod, itf.sw_if_index, wiring)
 
     def check(self, pod: PodNetwork, wiring: Wiring) -> list[str]:
         objs = self._ensure()
         tag = names.pod_tag(pod.key)
-        found = [i for i in self._pod_interfaces(pod, tag) if i.tag == tag]
+        found = [i for i in self._pod_interfaces(pod, tag, wiring) if i.tag == tag]
         if len(found) != 1:
             return [f"expected one VPP interface tagged {tag!r}, found {len(found)}"]
         itf = found[0]
-        problems = self.mode.problems(pod, itf.sw_if_index)
+        problems = self.mode.problems(pod, itf.sw_if_index, wiring)
         problems += self._interface_problems(pod, wiring, itf, objs.gateway_sw_if_index)
         problems += self._route_problems(pod, itf.sw_if_index, wiring.pod_mac)
         return problems
@@ -276,9 +279,15 @@ class VppDataplane:
         return names.pod_tag(key)
 
     def remove_orphan(self, name: str) -> None:
-        """Removes a tagged VPP interface no record explains, whichever mode created it."""
+        """Removes a tagged VPP interface no record explains, whichever mode created it, or
+        a pod-tagged veth host end of ours that VPP has no interface on (`owned()`)."""
         self._ensure()
         itf = interfaces.by_name(self.api, name)
+        if itf is None and name in self.links.ours():
+            itf = interfaces.by_name(self.api, afpacket.vpp_name(name))  # untagged: half-made
+            if itf is None:
+                self.links.delete(name)
+                return
         if itf is None:
             return
         sw = itf.sw_if_index
@@ -294,12 +303,20 @@ class VppDataplane:
         for host, host_sw in afpacket.dump(self.api).items():
             if host_sw == sw:
                 afpacket.delete(self.api, host)
-                netlink.delete_link(host)
+                self.links.delete(host)
 
     def owned(self) -> dict[str, str]:
+        """Pod-tagged VPP interfaces, and the pod-tagged veth host ends of ours VPP has no
+        interface on (an agent killed between the veth and VPP's interface; a pod whose VPP
+        interface went with a VPP restart). Links are found by their alias, and only with
+        this driver's name prefix: another agent on the node's namespace keeps its own."""
         self._ensure()
-        return {
+        found = {
             i.name: i.tag
             for i in interfaces.dump(self.api)
             if i.tag.startswith(names.POD_TAG_PREFIX)
         }
+        for link, tag in self.links.ours().items():
+            if afpacket.vpp_name(link) not in found:
+                found[link] = tag
+        return found

@@ -1,9 +1,10 @@
-"""Deterministic names, MACs and owner tags, all derived from the pod key.
+"""Deterministic MACs and owner tags, derived from the pod key.
 
-Everything the driver creates can be found again from the pod record alone: the veth host end is
-`vsw<digest>`, the MACs come from a hash of the key, and every VPP interface carries its owner in
-its tag. VPP tags hold 63 characters; a container ID is often 64, so a tag that would not fit
-keeps the ID's head and a hash of the whole key (still unique and recomputable).
+The MACs come from a hash of the key, and every VPP interface (and every pod's veth host end, in
+its alias) carries its owner in its tag, so a restarted agent finds a pod's objects again. VPP
+tags hold 63 characters; a container ID is often 64, so a tag that would not fit keeps the ID's
+head and a hash of the whole key (still unique and recomputable). The veth host end's name is
+not derived from the key any more (agent/dataplane/vpp/podlinks: VPP keeps every name it saw).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ def pod_tag(key: PodKey) -> str:
     return f"{POD_TAG_PREFIX}{key.container_id[:room]}{suffix}"
 
 
-def veth_host_ifname(key: PodKey) -> str:
-    """The root-namespace end of a pod's veth (14 characters, fits IFNAMSIZ)."""
+def digest_host_ifname(key: PodKey) -> str:
+    """The name agents before issue #27 gave a pod's veth host end (14 characters): their
+    records name it, and a DEL without a record still looks for it."""
     return "vsw" + key.digest(11)
 
 

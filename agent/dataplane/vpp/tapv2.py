@@ -14,7 +14,7 @@ from agent.dataplane.vpp import interfaces, names, tap
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.modes import Port
 from agent.model.errors import DataplaneFailure
-from agent.model.pod import PodNetwork
+from agent.model.pod import PodNetwork, Wiring
 
 SYSCALL_ERROR_1 = -11
 VHOST_HINT = (
@@ -63,19 +63,20 @@ class TapV2:
         vpp_name = itf.name if itf else f"tap-{sw_if_index}"
         return Port(sw_if_index, vpp_name, pod_mac, vpp_mac)
 
-    def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port | None:
+    def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack, wiring: Wiring) -> Port | None:
         """A TAP's kernel end dies with the VPP that opened it: nothing to adopt."""
         return None
 
-    def vpp_name(self, pod: PodNetwork) -> str | None:
+    def vpp_names(self, pod: PodNetwork, wiring: Wiring | None) -> list[str] | None:
         return None  # VPP numbers its TAPs: found by their tag
 
-    def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
+    def remove(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None = None
+               ) -> None:
         # VPP removes the Linux end (in the pod namespace) together with the TAP.
         if sw_if_index is not None and sw_if_index in tap.dump(self.api):
             tap.delete(self.api, sw_if_index)
 
-    def problems(self, pod: PodNetwork, sw_if_index: int) -> list[str]:
+    def problems(self, pod: PodNetwork, sw_if_index: int, wiring: Wiring) -> list[str]:
         details = tap.dump(self.api).get(sw_if_index)
         if details is None:
             return [f"VPP has no TAP with sw_if_index {sw_if_index}"]

@@ -1,7 +1,12 @@
 """Wiring mode veth + AF_PACKET: a veth pair (host end in the node namespace, peer in the pod)
-and VPP bound to the host end with an AF_PACKET socket (`host-vsw<digest>` in VPP).
+and VPP bound to the host end with an AF_PACKET socket (`host-vswp<N>` in VPP).
 
 Works on every kernel (no /dev/vhost-net needed); costs a kernel hop compared with TAP v2.
+
+The host end's name comes from a small reused set (agent/dataplane/vpp/podlinks: VPP keeps
+strings per interface name forever); the pod's record keeps it (`host_ifname`), and without a
+record the link is found by its alias, the pod's tag. Records of older agents name a
+`vsw<digest>` end (names.digest_host_ifname): found the same ways.
 
 Removal order: VPP's AF_PACKET interface first, then the veth, and the veth only once VPP has
 no binding on it. A veth that goes first leaves VPP polling a socket whose device is gone (VPP
@@ -12,43 +17,91 @@ socket, so then the veth stays: the DEL fails with 11 and its retry removes both
 
 from __future__ import annotations
 
+import errno
+
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import afpacket, interfaces, names
-from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.interfaces import set_tag
 from agent.dataplane.vpp.modes import Port
+from agent.dataplane.vpp.podlinks import PodLinks
 from agent.infra import failpoints
 from agent.linux import ethtool, netlink
-from agent.model.pod import PodNetwork
+from agent.model.errors import DataplaneFailure
+from agent.model.pod import PodNetwork, Wiring
+
+IF_ALREADY_EXISTS = -79  # VNET_API_ERROR_IF_ALREADY_EXISTS: VPP still has host-<name>
+ATTEMPTS = 8  # names tried by one ADD before it gives up (each refusal marks a name taken)
 
 
 class VethAfPacket:
     name = "veth-afpacket"
 
     def __init__(
-        self, api: VppApi, mtu: int, rings: afpacket.RingOptions, pod_tso4: bool = True
+        self, api: VppApi, mtu: int, rings: afpacket.RingOptions, links: PodLinks,
+        pod_tso4: bool = True,
     ) -> None:
         self.api = api
         self.mtu = mtu
         self.rings = rings
+        self.links = links
         self.pod_tso4 = pod_tso4
 
     def check_usable(self) -> None:
         """AF_PACKET needs nothing beyond a kernel with veth support."""
 
     def create(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port:
-        host = names.veth_host_ifname(pod.key)
         pod_mac = names.pod_mac(pod.key)
         vpp_mac = names.vpp_mac(pod.key)
-        netlink.create_veth(host, pod.netns, pod.key.ifname, pod.mtu or self.mtu, pod_mac, tag)
-        undo.push(f"delete veth {host}", lambda: netlink.delete_link(host))
-        if not self.pod_tso4:
-            self._tso4_off(pod)
-        sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
+        host, sw_if_index = self._link_and_bind(pod, tag, pod_mac, vpp_mac)
+        undo.push(f"delete veth {host}", lambda: self.links.delete(host))
         undo.push(f"delete af_packet {host}", lambda: afpacket.delete(self.api, host))
         # Tagged first, so that even a half-wired interface is found again by its owner.
         set_tag(self.api, sw_if_index, tag)
         return Port(sw_if_index, host, pod_mac, vpp_mac)
+
+    def _link_and_bind(self, pod: PodNetwork, tag: str, pod_mac: str, vpp_mac: str
+                       ) -> tuple[str, int]:
+        """The veth under the lowest free name and VPP's AF_PACKET interface on it: (name,
+        sw_if_index). A name someone else holds is marked taken and the next one tried."""
+        for _ in range(ATTEMPTS):
+            host = self.links.reserve(tag)
+            if not self._make_veth(pod, host, pod_mac, tag):
+                continue
+            try:
+                return host, afpacket.create(self.api, host, vpp_mac, self.rings)
+            except BaseException as exc:
+                # No binding was made (or VPP does not answer: as before issue #27, the veth
+                # goes; an ADD's undo never had VPP's interface to remove first).
+                self.links.delete(host)
+                if not (isinstance(exc, VppCallFailed) and exc.retval == IF_ALREADY_EXISTS):
+                    raise
+                # VPP kept an interface on an earlier link of this name: not ours to remove.
+                self.links.taken(host)
+        raise DataplaneFailure(f"no free veth host name for {pod.key} after {ATTEMPTS} tries",
+                               f"names {self.links.prefix}<N> are taken by links not ours")
+
+    def _make_veth(self, pod: PodNetwork, host: str, pod_mac: str, tag: str) -> bool:
+        """The veth pair with host end `host`; False when that name was someone else's."""
+        try:
+            netlink.create_veth(host, pod.netns, pod.key.ifname, pod.mtu or self.mtu, pod_mac,
+                                tag, replace=False)
+        except DataplaneFailure as exc:
+            if netlink.netlink_code(exc.__cause__ or exc) == errno.EEXIST:
+                self.links.taken(host)
+                return False
+            self.links.release(host)
+            raise
+        except BaseException:
+            self.links.release(host)
+            raise
+        if not self.pod_tso4:
+            try:
+                self._tso4_off(pod)
+            except BaseException:
+                self.links.delete(host)
+                raise
+        return True
 
     @staticmethod
     def _tso4_off(pod: PodNetwork) -> None:
@@ -60,12 +113,23 @@ class VethAfPacket:
         with netlink.translated(f"switching IPv4 TSO off on {pod.key.ifname} in the pod"):
             ethtool.set_feature(pod.netns, pod.key.ifname, "tx-tcp-segmentation", False)
 
-    def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port | None:
+    def _host(self, pod: PodNetwork, wiring: Wiring | None) -> str | None:
+        """The pod's host end: the record's, else the link tagged with the pod's tag, else an
+        older agent's `vsw<digest>` end when it exists; None: the pod has no link."""
+        if wiring is not None and wiring.host_ifname:
+            return wiring.host_ifname
+        found = self.links.name_of(names.pod_tag(pod.key))
+        if found is not None:
+            return found
+        legacy = names.digest_host_ifname(pod.key)
+        return legacy if netlink.link_exists(legacy) else None
+
+    def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack, wiring: Wiring) -> Port | None:
         """After a VPP restart the veth pair is still there (its pod end keeps the pod's
-        addresses and routes): only VPP's AF_PACKET interface is made again. None when the
-        veth itself is gone."""
-        host = names.veth_host_ifname(pod.key)
-        if not netlink.link_exists(host):
+        addresses and routes): only VPP's AF_PACKET interface is made again, on the link the
+        record names. None when the veth itself is gone."""
+        host = self._host(pod, wiring)
+        if host is None or not netlink.link_exists(host):
             return None
         vpp_mac = names.vpp_mac(pod.key)
         if interfaces.by_name(self.api, afpacket.vpp_name(host)) is not None:
@@ -77,19 +141,24 @@ class VethAfPacket:
         set_tag(self.api, sw_if_index, tag)
         return Port(sw_if_index, host, names.pod_mac(pod.key), vpp_mac)
 
-    def vpp_name(self, pod: PodNetwork) -> str | None:
-        return afpacket.vpp_name(names.veth_host_ifname(pod.key))
+    def vpp_names(self, pod: PodNetwork, wiring: Wiring | None) -> list[str] | None:
+        host = self._host(pod, wiring)
+        return [] if host is None else [afpacket.vpp_name(host)]
 
-    def remove(self, pod: PodNetwork, sw_if_index: int | None) -> None:
-        host = names.veth_host_ifname(pod.key)
+    def remove(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None) -> None:
+        host = self._host(pod, wiring)
+        if host is None:
+            return
         if sw_if_index is not None:
             # Raises when VPP refuses or does not answer: the veth stays (see the docstring).
             afpacket.delete(self.api, host)
             failpoints.hit("del:vpp-afpacket")
-        netlink.delete_link(host)
+        self.links.delete(host)
 
-    def problems(self, pod: PodNetwork, sw_if_index: int) -> list[str]:
-        host = names.veth_host_ifname(pod.key)
+    def problems(self, pod: PodNetwork, sw_if_index: int, wiring: Wiring) -> list[str]:
+        host = self._host(pod, wiring)
+        if host is None:
+            return [f"no veth host end tagged {names.pod_tag(pod.key)}"]
         out = []
         if not netlink.link_exists(host):
             out.append(f"veth host end {host} is missing")
