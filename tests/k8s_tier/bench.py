@@ -28,14 +28,13 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.k8s_tier import deploy
 from tests.k8s_tier.conftest import (
     ETCD_IMAGE,
-    KERNEL_LEFTOVERS,
     KUBECONFIG,
     KUBECTL,
     NODE2_NETNS,
@@ -44,7 +43,7 @@ from tests.k8s_tier.conftest import (
     VPP_SOCKET,
 )
 from tests.k8s_tier.kube import Doc, Kube
-from tests.k8s_tier.tier import Node, Tier, find_nodes
+from tests.k8s_tier.tier import Node, Tier, deployed, find_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN = "<!-- k8s-bench: begin (written by python -m tests.k8s_tier.bench --write) -->"
@@ -182,21 +181,7 @@ def run_dataplane(kube: Kube, nodes: list[Node], dataplane: str, args: argparse.
                   ) -> Rows:
     """The tier's deployment (conftest.tier's steps) with `dataplane`, measured, torn down."""
     rows = Rows(dataplane)
-    system = deploy.system(dataplane, VPP_SOCKET, ETCD_IMAGE)
-    work = deploy.workload(POD_IMAGE, [n.name for n in nodes])
-    with ExitStack() as undo:
-        if dataplane == "kernel":
-            for node in nodes:
-                for link in KERNEL_LEFTOVERS:
-                    undo.callback(node.cmd, "ip", "link", "del", link, check=False)
-        undo.callback(kube.delete, [d for d in system if d["kind"] in ("DaemonSet", "ConfigMap")])
-        kube.apply(system)
-        kube.rollout("statefulset", "vswitch-etcd", "kube-system")
-        kube.rollout("daemonset", "vswitch-agent", "kube-system")
-        undo.callback(kube.delete, work)
-        kube.apply(work)
-        kube.rollout("deployment", deploy.APP, deploy.NAMESPACE, timeout=180)
-        tier = Tier.discover(kube, dataplane, nodes)
+    with deployed(kube, nodes, dataplane, VPP_SOCKET, ETCD_IMAGE, POD_IMAGE) as tier:
         try:
             measure(tier, rows, args.runs, args.seconds, args.replicas)
         except (RuntimeError, ValueError, subprocess.TimeoutExpired, AssertionError) as exc:

@@ -28,9 +28,16 @@ from functools import partial
 import pytest
 
 from testbed.netns import named_netns, unique
-from tests.k8s_tier import deploy
 from tests.k8s_tier.kube import Kube, wait_for
-from tests.k8s_tier.tier import OUTSIDE_IP, Node, Tier, find_nodes, outside_addresses
+from tests.k8s_tier.tier import KERNEL_LEFTOVERS as KERNEL_LEFTOVERS
+from tests.k8s_tier.tier import (
+    OUTSIDE_IP,
+    Node,
+    Tier,
+    deployed,
+    find_nodes,
+    outside_addresses,
+)
 
 KUBECONFIG = os.environ.get("VSWITCH_TEST_KUBECONFIG", "")
 NODE_NETNS = os.environ.get("VSWITCH_TEST_K8S_NODE_NETNS", "")
@@ -41,10 +48,6 @@ KUBECTL = os.environ.get("VSWITCH_TEST_KUBECTL", "kubectl")
 POD_IMAGE = os.environ.get("VSWITCH_TEST_K8S_POD_IMAGE",
                            "registry.k8s.io/e2e-test-images/agnhost:2.45")
 ETCD_IMAGE = os.environ.get("VSWITCH_TEST_K8S_ETCD_IMAGE", "")
-# What the kernel dataplane's agent leaves on a node by design (pods stay reachable while it is
-# away): the pod gateway (GatewayInterface) and the mesh's VXLAN device (VXLANInterface). Another
-# dataplane deployed next routes the same subnets elsewhere.
-KERNEL_LEFTOVERS = ("vswitch0", "vxlan-vsw")
 NEEDS_TWO_NODES = pytest.mark.skipif(
     not NODE2_NETNS, reason="VSWITCH_TEST_K8S_NODE2_NETNS is not set (no second node)")
 
@@ -69,23 +72,9 @@ def nodes(kube: Kube) -> list[Node]:
 def tier(request: pytest.FixtureRequest, kube: Kube, nodes: list[Node]) -> Iterator[Tier]:
     """The project's manifests with `Dataplane: <param>`, then the workload; torn down in
     reverse order so every pod's CNI DEL reaches a running agent."""
-    dataplane: str = request.param
-    system = deploy.system(dataplane, VPP_SOCKET, ETCD_IMAGE, VPP_IMAGE)
-    work = deploy.workload(POD_IMAGE, [n.name for n in nodes])
-    with ExitStack() as undo:
-        # Every undo step runs even when an earlier one fails (ExitStack chains the errors).
-        if dataplane == "kernel":
-            for node in nodes:
-                for link in KERNEL_LEFTOVERS:
-                    undo.callback(node.cmd, "ip", "link", "del", link, check=False)
-        undo.callback(kube.delete, [d for d in system if d["kind"] in ("DaemonSet", "ConfigMap")])
-        kube.apply(system)
-        kube.rollout("statefulset", "vswitch-etcd", "kube-system")
-        kube.rollout("daemonset", "vswitch-agent", "kube-system")
-        undo.callback(kube.delete, work)
-        kube.apply(work)
-        kube.rollout("deployment", deploy.APP, deploy.NAMESPACE, timeout=180)
-        yield Tier.discover(kube, dataplane, nodes)
+    with deployed(kube, nodes, request.param, VPP_SOCKET, ETCD_IMAGE, POD_IMAGE,
+                  VPP_IMAGE) as tier:
+        yield tier
 
 
 @pytest.fixture(scope="module")

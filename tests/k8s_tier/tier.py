@@ -13,10 +13,13 @@ import glob
 import json
 import subprocess
 import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.netns import entered
+from tests.k8s_tier import deploy
 from tests.k8s_tier.deploy import APP, HAIRPIN_LABEL, NAMESPACE, NODE_LABEL, PORT, UDP_PORT
 from tests.k8s_tier.kube import Kube, KubeError, wait_for
 
@@ -30,6 +33,10 @@ NC = "nc $(nc -h 2>&1 | grep -q 'after EOF on stdin' && echo -N) -w 5"
 REQUEST = r"printf 'GET {path} HTTP/1.0\r\n\r\n'"
 # No proxy from the environment: the tier talks only to the nodes' own addresses.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# What the kernel dataplane's agent leaves on a node by design (pods stay reachable while it is
+# away): the pod gateway (GatewayInterface) and the mesh's VXLAN device (VXLANInterface). Another
+# dataplane deployed next routes the same subnets elsewhere.
+KERNEL_LEFTOVERS = ("vswitch0", "vxlan-vsw")
 
 
 def outside_addresses(index: int) -> tuple[str, str]:
@@ -194,3 +201,26 @@ def _wait_endpoints(kube: Kube, service: str, count: int) -> None:
         return sum(len(s.get("addresses", [])) for s in subsets) == count
 
     wait_for(f"{count} endpoints of the {service} Service", ready)
+
+
+@contextlib.contextmanager
+def deployed(kube: Kube, nodes: list[Node], dataplane: str, vpp_socket: str, etcd_image: str,
+             pod_image: str, vpp_image: str = "") -> Iterator[Tier]:
+    """The project's manifests with `Dataplane: <dataplane>`, then the workload; torn down in
+    reverse order so every pod's CNI DEL reaches a running agent."""
+    system = deploy.system(dataplane, vpp_socket, etcd_image, vpp_image)
+    work = deploy.workload(pod_image, [n.name for n in nodes])
+    with ExitStack() as undo:
+        # Every undo step runs even when an earlier one fails (ExitStack chains the errors).
+        if dataplane == "kernel":
+            for node in nodes:
+                for link in KERNEL_LEFTOVERS:
+                    undo.callback(node.cmd, "ip", "link", "del", link, check=False)
+        undo.callback(kube.delete, [d for d in system if d["kind"] in ("DaemonSet", "ConfigMap")])
+        kube.apply(system)
+        kube.rollout("statefulset", "vswitch-etcd", "kube-system")
+        kube.rollout("daemonset", "vswitch-agent", "kube-system")
+        undo.callback(kube.delete, work)
+        kube.apply(work)
+        kube.rollout("deployment", deploy.APP, deploy.NAMESPACE, timeout=180)
+        yield Tier.discover(kube, dataplane, nodes)
