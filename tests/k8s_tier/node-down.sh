@@ -76,6 +76,12 @@ fi
 for ns in "$@"; do
     node_down "$ns" "${RUNDIR:-/run/$ns}"
 done
+# A deleted node namespace takes its uplink's fabric end with it, but the kernel tears the
+# namespace down asynchronously: the bridge may take a moment to empty.
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+    [ -e "/var/run/netns/$FABRIC" ] && [ -n "$(ip -n "$FABRIC" -o link show master br0)" ] || break
+    sleep 0.5
+done
 if [ -e "/var/run/netns/$FABRIC" ] && [ -z "$(ip -n "$FABRIC" -o link show master br0)" ]; then
     ip netns del "$FABRIC"
     echo "fabric $FABRIC removed"
