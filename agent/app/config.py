@@ -71,7 +71,7 @@ class AgentConfig:
     vxlan_interface: str = "vxlan-vsw"
     vxlan_vni: int = 10
     # who encapsulates the VPP dataplane's mesh traffic: Linux's VXLAN device (the kernel
-    # mesh), or VPP's own tunnels (docs/vpp.md, "The node mesh in VPP")
+    # mesh), or VPP's own tunnels (docs/vpp.md, "The node mesh with VPP")
     vxlan_owner: str = "linux"
     kube_config: str = ""  # "": the pod's service account when in a pod, else no API
     node_removal_grace: int = 300  # seconds a node may lack its Node before it is freed
