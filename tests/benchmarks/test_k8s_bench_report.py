@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.k8s_tier.bench import BEGIN, END, Rows, table, write
+from benchmarks.soak_report import write_section
+from tests.k8s_tier.bench import BEGIN, END, Rows, table
 
 
 def test_the_table_shows_medians_runs_and_the_ratio() -> None:
@@ -37,7 +38,7 @@ def test_a_figure_one_dataplane_lacks_has_no_ratio() -> None:
 def test_the_section_replaces_its_own_and_leaves_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "BENCHMARKS.md"
     path.write_text("# Benchmarks\n\nbefore\n")
-    write(f"{BEGIN}\nfirst\n{END}", path)
-    write(f"{BEGIN}\nsecond\n{END}", path)
+    write_section(path, f"{BEGIN}\nfirst\n{END}\n", BEGIN, END)
+    write_section(path, f"{BEGIN}\nsecond\n{END}\n", BEGIN, END)
     text = path.read_text()
     assert text == f"# Benchmarks\n\nbefore\n\n{BEGIN}\nsecond\n{END}\n"

@@ -14,24 +14,25 @@ once per dataplane, with the tier's workload, and measures:
 iperf3 and ping are the node's binaries, run in the pods' network namespaces (entered from here,
 as the tier's long-running traffic is). The clients are pods of the workload on the first node;
 the servers run in the namespaces of the `hairpin-<i>` backends (one pod per node), reached
-through Services of this module's (`bench-iperf-<i>`, port 5201). `--write` puts the table in
-BENCHMARKS.md's own section; without it the table is printed only.
+through Services of this module's (`bench-iperf-<i>`, on benchmarks.traffic's iperf3 port,
+whose measuring code this module uses). `--write` puts the table in BENCHMARKS.md's own
+section; without it the table is printed only.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from benchmarks.soak_report import write_section
+from benchmarks.traffic import IPERF_PORT, _iperf, ping_rtt_ms
 from tests.k8s_tier import deploy
 from tests.k8s_tier.conftest import (
     ETCD_IMAGE,
@@ -43,12 +44,11 @@ from tests.k8s_tier.conftest import (
     VPP_SOCKET,
 )
 from tests.k8s_tier.kube import Doc, Kube
-from tests.k8s_tier.tier import Node, Tier, deployed, find_nodes
+from tests.k8s_tier.tier import AGENT_REST_PORT, Node, Tier, deployed, find_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN = "<!-- k8s-bench: begin (written by python -m tests.k8s_tier.bench --write) -->"
 END = "<!-- k8s-bench: end -->"
-IPERF_PORT = 5201
 SCALE = "bench-scale"
 
 
@@ -62,52 +62,19 @@ class Rows:
         self.figures.setdefault(name, []).append(value)
 
 
-def _in(netns: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["nsenter", f"--net={netns}", *argv], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def _iperf_json(client: str, server: str, ip: str, seconds: int, *args: str,
+                connect: str = "") -> Any:
+    """iperf3's JSON from pod namespace `client` to a server bound to `ip` in `server`
+    (benchmarks.traffic's, on its port; `connect`: a Service address DNATed to it)."""
+    return _iperf(client, server, ip, list(args), seconds, connect=connect)
 
 
-@contextmanager
-def _iperf_server(netns: str) -> Iterator[None]:
-    server = subprocess.Popen(["nsenter", f"--net={netns}", "iperf3", "-s", "-p",
-                               str(IPERF_PORT)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        yield
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def tcp_gbps(client: str, host: str, seconds: int) -> float:
-    out = _in(client, "iperf3", "-c", host, "-p", str(IPERF_PORT), "-t", str(seconds), "-J",
-              timeout=seconds + 30)
-    data = json.loads(out.stdout)
-    if "error" in data:
-        raise RuntimeError(f"iperf3 to {host}: {data['error']}")
-    return float(data["end"]["sum_received"]["bits_per_second"]) / 1e9
-
-
-def udp_loss(client: str, host: str, seconds: int) -> float:
-    out = _in(client, "iperf3", "-u", "-b", "1G", "-c", host, "-p", str(IPERF_PORT), "-t",
-              str(seconds), "-J", timeout=seconds + 30)
-    data = json.loads(out.stdout)
-    if "error" in data:
-        raise RuntimeError(f"iperf3 -u to {host}: {data['error']}")
-    return float(data["end"]["sum"]["lost_percent"])
-
-
-def rtt_ms(client: str, host: str) -> float:
-    out = _in(client, "ping", "-q", "-c", "50", "-i", "0.02", host)
-    match = re.search(r"= [\d.]+/([\d.]+)/", out.stdout)
-    if match is None:
-        raise RuntimeError(f"ping {host}: {out.stdout} {out.stderr}")
-    return float(match.group(1))
+def _gbps(iperf: Any) -> float:
+    return float(iperf["end"]["sum_received"]["bits_per_second"]) / 1e9
 
 
 def _add_sum_count(node: Node) -> tuple[float, float]:
-    text = node.get(node.ip, 9999, "/metrics")
+    text = node.get(node.ip, AGENT_REST_PORT, "/metrics")
     values = {}
     for key in ("sum", "count"):
         match = re.search(rf'^vswitch_cni_request_seconds_{key}{{verb="ADD"}} ([\d.e+-]+)$', text,
@@ -150,19 +117,19 @@ def measure(tier: Tier, rows: Rows, runs: int, seconds: int, replicas: int) -> N
     targets = [("same node", first)] + [("across nodes", n) for n in others[:1]]
     for where, node in targets:
         server = backend[node.name]
-        server_ns = tier.pod_netns(server)
-        with _iperf_server(server_ns):
-            for _ in range(runs):
-                rows.add(f"TCP pod -> pod, {where} (Gbit/s)",
-                         tcp_gbps(client_ns, tier.pods[server].ip, seconds))
-                rows.add(f"TCP pod -> ClusterIP, backend {where} (Gbit/s)",
-                         tcp_gbps(client_ns, services[node.name], seconds))
-            if where == "same node":
-                for _ in range(runs):
-                    rows.add(f"UDP loss at 1 Gbit/s, pod -> pod, {where} (%)",
-                             udp_loss(client_ns, tier.pods[server].ip, seconds))
+        server_ns, ip = tier.pod_netns(server), tier.pods[server].ip
         for _ in range(runs):
-            rows.add(f"RTT pod -> pod, {where} (ms)", rtt_ms(client_ns, tier.pods[server].ip))
+            tcp = _iperf_json(client_ns, server_ns, ip, seconds)
+            rows.add(f"TCP pod -> pod, {where} (Gbit/s)", _gbps(tcp))
+            tcp = _iperf_json(client_ns, server_ns, ip, seconds, connect=services[node.name])
+            rows.add(f"TCP pod -> ClusterIP, backend {where} (Gbit/s)", _gbps(tcp))
+        if where == "same node":
+            for _ in range(runs):
+                udp = _iperf_json(client_ns, server_ns, ip, seconds, "-u", "-b", "1G")
+                rows.add(f"UDP loss at 1 Gbit/s, pod -> pod, {where} (%)",
+                         float(udp["end"]["sum"]["lost_percent"]))
+        for _ in range(runs):
+            rows.add(f"RTT pod -> pod, {where} (ms)", ping_rtt_ms(client_ns, ip, 50))
     for _ in range(runs):
         before = _add_sum_count(first)
         started = time.monotonic()
@@ -242,17 +209,6 @@ def section(results: list[Rows], args: argparse.Namespace, load: tuple[str, str]
     ])
 
 
-def write(text: str, path: Path = ROOT / "BENCHMARKS.md") -> None:
-    """Puts `text` in place of the file's k8s-bench section, or after its end."""
-    current = path.read_text()
-    if BEGIN in current:
-        start, end = current.index(BEGIN), current.index(END) + len(END)
-        current = current[:start] + text + current[end:]
-    else:
-        current = current.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(current)
-
-
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -276,7 +232,7 @@ def main() -> None:
     text = section(results, args, (load_start, _load()))
     print(text)
     if args.write:
-        write(text)
+        write_section(ROOT / "BENCHMARKS.md", text + "\n", BEGIN, END)
 
 
 if __name__ == "__main__":

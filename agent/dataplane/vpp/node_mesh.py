@@ -49,6 +49,7 @@ class VppNodeMesh:
         self.vpp = vpp
         self.pod_mtu = pod_mtu
         self.stale = stale if vpp is None else None
+        self._cleared = -1  # the VPP connection generation `stale` was last removed on
 
     def check_mtu(self, local: NodeInfo) -> None:
         """A pod's full-size packet, VXLAN-encapsulated by VPP, must fit the uplink (the outer
@@ -84,8 +85,11 @@ class VppNodeMesh:
         nodes whose tunnel VPP lost (a VPP restart) or whose routes went missing."""
         changed = self.linux.prune(local, keep)
         if self.vpp is None:
-            if self.stale is not None:
+            # once per VPP connection: only a VPP that ran VPP's mesh can hold it (its
+            # interface dump is not repeated at every relist)
+            if self.stale is not None and self.stale.generation() != self._cleared:
                 changed += self.stale.remove(local)
+                self._cleared = self.stale.generation()
             return changed
         self.driver.ensure()
         changed += self.vpp.prune(local, keep)

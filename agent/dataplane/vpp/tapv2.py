@@ -57,7 +57,7 @@ class TapV2:
             if exc.retval == SYSCALL_ERROR_1:
                 exc.details = f"{exc.details}; {VHOST_HINT}"
             raise
-        undo.push(f"delete TAP {sw_if_index}", lambda: self.remove(pod, sw_if_index))
+        undo.push(f"delete TAP {sw_if_index}", lambda: self.remove(pod, sw_if_index, None))
         # The Linux end lives in the pod; the record keeps VPP's name for the TAP (tapN).
         itf = interfaces.get(self.api, sw_if_index)
         vpp_name = itf.name if itf else f"tap-{sw_if_index}"
@@ -70,8 +70,7 @@ class TapV2:
     def vpp_names(self, pod: PodNetwork, wiring: Wiring | None) -> list[str] | None:
         return None  # VPP numbers its TAPs: found by their tag
 
-    def remove(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None = None
-               ) -> None:
+    def remove(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None) -> None:
         # VPP removes the Linux end (in the pod namespace) together with the TAP.
         if sw_if_index is not None and sw_if_index in tap.dump(self.api):
             tap.delete(self.api, sw_if_index)
