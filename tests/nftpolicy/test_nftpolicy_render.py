@@ -9,10 +9,16 @@ Test plan:
 - the base chain: established first, the no-SYN drops, then egress maps before ingress maps;
 - a full transaction: flushes the maps before deleting stale chains, adds (never deletes) the
   counters it keeps, deletes stale counters last; touches no object NAT owns;
+- a diff transaction: nothing when nothing changed; one pod's changed peers rewrite that pod's
+  chain only; an address moved to another pod's chain is deleted then added; stale chains go
+  after their elements, stale counters last; a chain whose rules are unknown (read from the
+  kernel) is rewritten;
 - a per-pod transaction: only that pod's chains and counters, and the map elements of its
   addresses (an address another pod held is taken over); removal of a pod; what is installed
   after it;
 - the verdict: isolation, exemptions, peers, ports and protocols, both ends;
+- widening: a peer, a wider prefix, a port or a rule more, or isolation lifted cut nothing (no
+  sweep); a peer or port fewer, isolation added, other addresses or exemptions fewer may;
 - views: the counters' meanings, a pod's view.
 """
 
@@ -24,7 +30,7 @@ from typing import Any
 
 from agent.linux.nftpolicy import render
 from agent.linux.nftpolicy.render import Installed, PodRules
-from agent.linux.nftpolicy.verdict import Flow, allowed, owners
+from agent.linux.nftpolicy.verdict import Flow, allowed, owners, widens
 from agent.linux.nftpolicy.views import Count, meanings, pod_view
 from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
 from policy.rules import OPEN
@@ -170,6 +176,36 @@ def test_a_full_transaction_orders_its_deletes_and_keeps_counters() -> None:
     assert ("add", "counter", render.allow_counter(A, "ingress", "t/p")) in ops
 
 
+def test_a_diff_transaction_touches_only_what_changed() -> None:
+    both = {A: rules(ingress=web()), B: rules(ingress=web(), addresses=ADDR_B, key=B)}
+    now = render.installed(render.render(both))
+    assert render.changes("vswitch-cni", now, render.render(both), with_base=False) == []
+    # a's peers change: a's chain alone is rewritten (add, flush, its rules), no element moves
+    narrower = DirectionRules(True, web().rules[:1])
+    ops = _ops(render.changes("vswitch-cni", now, render.render(
+        {**both, A: rules(ingress=narrower)}), with_base=False))
+    a_in, b_in = render.chain_name(A, "ingress"), render.chain_name(B, "ingress")
+    assert ("flush", "chain", a_in) in ops and not any(o[2] == b_in for o in ops)
+    assert not any(o[1] == "element" for o in ops)
+    assert ops[-1] == ("delete", "counter", render.allow_counter(A, "ingress", "t/all"))
+    # b goes; a takes b's IPv4 address: b's element is deleted before a's is added, b's chain
+    # after its elements, its counters last
+    moved = render.render({A: rules(ingress=web(), addresses=(*ADDR_A, *ADDR_B))})
+    cmds = render.changes("vswitch-cni", now, moved, with_base=False)
+    ops = _ops(cmds)
+    elements = [(op, e) for c in cmds for op, body in c.items() if "element" in body
+                for e in body["element"]["elem"] if body["element"]["name"] == "policy-ingress4"]
+    assert elements == [("delete", "10.0.0.6"), ("add", ["10.0.0.6", {"jump": {"target": a_in}}])]
+    delete_b = ops.index(("delete", "chain", b_in))
+    assert all(i < delete_b for i, o in enumerate(ops) if o[1] == "element")
+    assert {o[2] for o in ops[delete_b + 1:]} == set(render.render({B: both[B]}).counters)
+    assert ("flush", "chain", a_in) in ops  # a's own addresses are exempt in its chain
+    # a chain known by name only (read from the kernel) is rewritten; with_base adds the base
+    read = Installed(set(now.chains), set(now.counters), dict(now.elements), set(now.policed))
+    ops = _ops(render.changes("vswitch-cni", read, render.render(both)))
+    assert {o[2] for o in ops if o[:2] == ("flush", "chain")} == {render.BASE, a_in, b_in}
+
+
 def test_a_pod_transaction_touches_that_pod_and_its_addresses_only() -> None:
     both = {A: rules(ingress=web()), B: rules(ingress=web(), addresses=ADDR_B, key=B)}
     now = render.installed(render.render(both))
@@ -182,6 +218,11 @@ def test_a_pod_transaction_touches_that_pod_and_its_addresses_only() -> None:
     assert {(d["name"], e) for d in deleted for e in d["elem"]} == {
         ("policy-ingress4", "10.0.0.5"), ("policy-ingress4", "10.0.0.6"),
         ("policy-pods4", "10.0.0.5"), ("policy-pods4", "10.0.0.6")}
+    assert ("flush", "chain", render.BASE) in ops  # the base objects, by default
+    without = _ops(render.pod("vswitch-cni", B, (ADDR_A[0],), now, render.Rendered(),
+                              with_base=False)[0])
+    assert without == [o for o in ops if o[2] not in (render.BASE, "vswitch-cni")
+                       and o[1] not in ("map", "set")]
     assert after.chains == {render.chain_name(A, "ingress")}
     assert after.elements == {("policy-ingress6", ADDR_A[1]): render.chain_name(A, "ingress")}
     assert after.policed == {ADDR_A[1]}
@@ -223,3 +264,29 @@ def test_counters_have_a_meaning_and_a_pod_has_a_view() -> None:
     assert view.ingress.dropped == Count(3, 180)
     assert set(view.ingress.allowed) == {"t/p", "t/q", "t/all"}
     assert Count(1, 2) + Count(3, 4) == Count(4, 6)
+
+
+def test_a_change_that_only_allows_more_needs_no_sweep() -> None:
+    peers = (ipaddress.ip_network("10.1.0.5/32"), ipaddress.ip_network("fd00::7/128"))
+    tcp80 = (PortRange("TCP", 80, 80),)
+
+    def isolated(*rule_list: Rule) -> PodRules:
+        return rules(ingress=DirectionRules(True, rule_list))
+
+    base = isolated(Rule(peers, tcp80, ("t/p",)))
+    more_peers = isolated(Rule((*peers, ipaddress.ip_network("10.1.0.6/32")), tcp80, ("t/p",)))
+    wider = isolated(Rule((ipaddress.ip_network("10.1.0.0/16"), peers[1]), tcp80, ("t/p",)))
+    more_ports = isolated(Rule(peers, (PortRange("TCP", 1, 1000),), ("t/p",)))
+    all_ports = isolated(Rule(peers, None, ("t/q",)))
+    extra_rule = isolated(Rule(peers, tcp80, ("t/p",)), Rule(NETS, None, ("t/q",)))
+    for wider_rules in (more_peers, wider, more_ports, all_ports, extra_rule, rules()):
+        assert widens(base, wider_rules)
+    assert widens(base, base)
+    fewer_peers = isolated(Rule(peers[:1], tcp80, ("t/p",)))
+    other_port = isolated(Rule(peers, (PortRange("UDP", 80, 80),), ("t/p",)))
+    moved = PodRules(base.policy, ADDR_B)
+    no_node = PodRules(PodPolicy(A, (), base.policy.ingress, OPEN), ADDR_A)
+    for narrower in (fewer_peers, other_port, isolated(), moved, no_node):
+        assert not widens(base, narrower)
+    assert not widens(rules(), base)  # isolation added
+    assert not widens(more_peers, base) and not widens(all_ports, base)

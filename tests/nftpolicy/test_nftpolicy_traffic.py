@@ -17,7 +17,10 @@ IPv6; policies compiled by `policy.compile_policies`):
   remove_pod lifts it; the time of apply_pod is measured;
 - counters: allowed packets per policy and drops per pod move with the traffic;
 - a full apply replaces everything at once: a pod left out loses its chains, kept counters keep
-  their counts, remove() leaves nothing of the policy.
+  their counts, remove() leaves nothing of the policy;
+- a full apply changes only what changed (nothing: no command; one pod's peers: that pod's
+  chain alone, the other's rule handles stay), and repairs a table changed by hand: at once when
+  a change's diff fails (the table deleted), at the next read (`verify_every`) otherwise.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from agent.linux.nftpolicy import NftPolicy
+from agent.linux.nftpolicy import NftPolicy, render
 from testbed.netns import named_netns, ping, run_in, unique
 from tests.nftpolicy.conftest import Node, from_pod, key, policy
 from tests.nftpolicy.probes import Held, Probe, reach, servers
@@ -232,3 +235,48 @@ def test_a_full_apply_replaces_everything_and_remove_leaves_nothing(
     assert renderer.counters().allowed["t/both"] == before  # kept, not reset
     renderer.remove()
     assert ruleset(node.path) == {}
+
+
+def rule_handles(path: str) -> dict[str, set[int]]:
+    """The handles of the rules in each pod chain (a rewritten chain's rules get new ones)."""
+    out = json.loads(run_in(path, "nft", "-j", "list", "table", "inet", "vswitch-cni").stdout)
+    found: dict[str, set[int]] = {}
+    for obj in out["nftables"]:
+        rule = obj.get("rule")
+        if rule and rule["chain"].startswith("policy-pod-"):
+            found.setdefault(rule["chain"], set()).add(rule["handle"])
+    return found
+
+
+def test_a_full_apply_changes_only_what_changed_and_repairs_a_table_changed_by_hand(
+        node: Node, renderer: NftPolicy) -> None:
+    from_a = policy("b-in", select="b", ingress=[{"from": [from_pod("a")]}])
+    from_c = policy("b-in", select="b", ingress=[{"from": [from_pod("c")]}])
+    deny_a = policy("deny-a", select="a")
+    first = renderer.apply(node.desired(from_a, deny_a))
+    before = rule_handles(node.path)
+    assert renderer.apply(node.desired(from_a, deny_a)).commands == 0  # nothing changed
+    changed = renderer.apply(node.desired(from_c, deny_a))
+    assert 0 < changed.commands < first.commands
+    after = rule_handles(node.path)
+    a_in, b_in = (render.chain_name(key(n), "ingress") for n in "ab")
+    assert after[a_in] == before[a_in]  # a's chain untouched
+    assert not after[b_in] & before[b_in]  # b's rewritten
+    with servers(node.netns["b"], node.ips["b"], (TCP,)):
+        check(node, {("a", "b", TCP): False, ("c", "b", TCP): True})
+    # someone deletes the agent's table: the next change's diff fails, and the renderer reads
+    # the kernel and rewrites everything
+    run_in(node.path, "nft", "delete", "table", "inet", "vswitch-cni")
+    renderer.apply(node.desired(from_a, deny_a))
+    assert set(rule_handles(node.path)) == {a_in, b_in}
+    with servers(node.netns["b"], node.ips["b"], (TCP,)):
+        check(node, {("a", "b", TCP): True, ("c", "b", TCP): False})
+    # with nothing to change, only a read (verify_every) finds what was done by hand
+    run_in(node.path, "nft", "flush", "chain", "inet", "vswitch-cni", b_in)
+    renderer.apply(node.desired(from_a, deny_a))
+    assert b_in not in rule_handles(node.path)
+    renderer.verify_every = 0
+    renderer.apply(node.desired(from_a, deny_a))
+    assert set(rule_handles(node.path)) == {a_in, b_in}
+    with servers(node.netns["b"], node.ips["b"], (TCP,)):
+        check(node, {("a", "b", TCP): True, ("c", "b", TCP): False})

@@ -278,16 +278,20 @@ def _element_cmds(op: str, table: str, elements: Iterable[tuple[tuple[str, IPAdd
 
 @dataclass
 class Installed:
-    """The policy's objects in the kernel, by name (what a transaction must replace)."""
+    """The policy's objects in the kernel, by name (what a transaction must replace), and the
+    rules of the chains this process wrote (`bodies`; a chain read from the kernel has none
+    here: its rules are unknown, so a change rewrites it)."""
 
     chains: set[str] = field(default_factory=set)
     counters: set[str] = field(default_factory=set)
     elements: dict[tuple[str, IPAddress], str] = field(default_factory=dict)
     policed: set[IPAddress] = field(default_factory=set)
+    bodies: dict[str, list[Expr]] = field(default_factory=dict)
 
 
 def installed(new: Rendered) -> Installed:
-    return Installed(set(new.chains), set(new.counters), dict(new.elements), set(new.policed))
+    return Installed(set(new.chains), set(new.counters), dict(new.elements), set(new.policed),
+                     dict(new.chains))
 
 
 def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
@@ -308,12 +312,34 @@ def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
     return cmds
 
 
+def changes(table: str, now: Installed, new: Rendered, *, with_base: bool = True) -> list[Cmd]:
+    """One transaction from `now` to exactly `new` that touches only what differs: chains
+    whose rules changed (or are unknown), map and set elements that changed, objects gone.
+    Right only when `now` is what the kernel holds; `full` is the one that repairs."""
+    cmds = base(table) if with_base else []
+    cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
+             for n, c in sorted(new.counters.items()) if n not in now.counters]
+    for name, body in sorted(new.chains.items()):
+        if name not in now.chains or now.bodies.get(name) != body:
+            cmds += _chain_cmds(table, name, body)
+    stale = {e: c for e, c in now.elements.items() if new.elements.get(e) != c}
+    cmds += _element_cmds("delete", table, stale.items(), now.policed - new.policed)
+    fresh = {e: c for e, c in new.elements.items() if now.elements.get(e) != c}
+    cmds += _element_cmds("add", table, fresh.items(), new.policed - now.policed)
+    # after the elements: nothing refers to these chains, then no rule to these counters
+    cmds += [{"delete": {"chain": _obj(table, c)}} for c in sorted(now.chains - set(new.chains))]
+    cmds += [{"delete": {"counter": _obj(table, n)}}
+             for n in sorted(now.counters - set(new.counters))]
+    return cmds
+
+
 def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
         new: Rendered, *, with_base: bool = True) -> tuple[list[Cmd], Installed]:
     """One transaction that makes one pod's objects exactly `new` (its render alone; empty:
     the pod goes or is isolated in no direction), touching no other pod's objects except the
-    map elements of the pod's `addresses` (one another pod held before: the new owner wins)."""
-    cmds = base(table)
+    map elements of the pod's `addresses` (one another pod held before: the new owner wins).
+    `with_base` False: the base objects are known to be in place, and left alone."""
+    cmds = base(table) if with_base else []
     claimed = set(addresses)
     stale = {e: c for e, c in now.elements.items() if e[1] in claimed or owned_by(key, c)}
     unpoliced = (now.policed & ({a for (_, a) in stale} | claimed)) - new.policed
@@ -333,7 +359,9 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
     after = Installed((now.chains - mine_chains) | set(new.chains),
                       (now.counters - mine_counters) | set(new.counters),
                       {e: c for e, c in now.elements.items() if e not in stale} | new.elements,
-                      (now.policed - unpoliced) | new.policed)
+                      (now.policed - unpoliced) | new.policed,
+                      {c: b for c, b in now.bodies.items() if c not in mine_chains}
+                      | new.chains)
     return cmds, after
 
 

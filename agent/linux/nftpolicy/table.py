@@ -2,9 +2,13 @@
 table, one libnftables transaction per change, sweeps the connections a change denies from
 conntrack, and reads the counters back.
 
-It keeps what it installed (the pods' rules, the objects by name) to make each change a diff;
-it reads the kernel once before its first change and again at every full `apply`, so that it
-starts from what a previous agent left there and repairs what someone changed by hand.
+It keeps what it installed (the pods' rules, the objects by name and the chains' rules) to make
+each change a diff that touches only what changed: a pod event that changes nothing on the node
+costs no transaction, and one that changes one pod's peers rewrites that pod's chain alone, so an
+ADD (`apply_pod`, same lock) does not wait behind a rewrite of the whole node. It reads the
+kernel before its first change, at a full `apply` when its last read is `verify_every` seconds
+old, and when a diff fails; such an apply rewrites every object, so that it starts from what a
+previous agent left there and repairs what someone changed by hand (within `verify_every`).
 All methods work in the calling thread's network namespace and serialize on `nft.table_lock`
 (NAT's owner of the same table takes it too). Errors: NftError from nftables (nothing changed:
 a transaction is all or nothing); a failed conntrack sweep is logged, not raised (the rules
@@ -17,6 +21,7 @@ import ipaddress
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +30,7 @@ from agent.linux.netns import enter_netns
 from agent.linux.nft import NftError, run, table_lock
 from agent.linux.nftpolicy import conntrack, render
 from agent.linux.nftpolicy.render import DIRECTIONS, Dir, Installed, PodRules
-from agent.linux.nftpolicy.verdict import allowed, owners
+from agent.linux.nftpolicy.verdict import allowed, owners, widens
 from agent.linux.nftpolicy.views import Count, Counters, PodView, meanings, pod_view
 from policy import PodKey
 from policy.model import IPAddress
@@ -46,12 +51,16 @@ class NftPolicy:
     """The NetworkPolicy of this node's pods in nftables table `inet <table>`."""
 
     def __init__(self, table: str = TABLE, *, sweep_conntrack: bool = True,
-                 sweep_in_background: bool = False) -> None:
+                 sweep_in_background: bool = False, verify_every: float = 30.0) -> None:
         """`sweep_in_background`: the conntrack sweep of a change runs in a thread of its own,
         after the change returns (the agent: a sweep reads the node's whole conntrack table, up
         to seconds on a busy node, and must not hold up the next change or a pod's ADD);
-        `Applied.conntrack_deleted` is then 0 and `swept` counts what the thread deleted."""
+        `Applied.conntrack_deleted` is then 0 and `swept` counts what the thread deleted.
+        `verify_every`: seconds after which a full `apply` reads the kernel and rewrites
+        everything (0: every full apply does; the controller's resync forces one every 30 s)."""
         self.table = table
+        self.verify_every = verify_every
+        self._verified = float("-inf")  # time.monotonic() of the last full rewrite
         self._sweep_conntrack = sweep_conntrack
         self._background = sweep_in_background
         self._pending: set[IPAddress] = set()
@@ -72,16 +81,22 @@ class NftPolicy:
 
     def apply(self, desired: Mapping[PodKey, PodRules]) -> Applied:
         """Makes the policy's objects exactly `desired` (every pod of this node), in one
-        transaction, then deletes the tracked connections of the changed pods it denies."""
+        transaction (none when nothing changed), then deletes the tracked connections of the
+        changed pods it denies."""
         with table_lock:
-            now, values = self._read()
             new = render.render(desired)
-            self._retire(values, now.counters - set(new.counters))
-            cmds = render.full(self.table, now, new)
-            run(cmds)
+            cmds = self._diff(new)
+            if cmds is None:  # the kernel's state, read, then everything rewritten
+                now, values = self._read()
+                retired = self._retiring(values, now.counters - set(new.counters))
+                cmds = render.full(self.table, now, new)
+                run(cmds)
+                self._verified = time.monotonic()
+                self._retired = retired
             self._base = True
-            changed = [a for key, rules in desired.items() if self._pods.get(key) != rules
-                       for a in rules.addresses]
+            # a pod whose change allows more keeps its connections: swept are the others'
+            changed = [a for key, rules in desired.items() if (old := self._pods.get(key)) != rules
+                       and (old is None or not widens(old, rules)) for a in rules.addresses]
             self._now, self._pods = render.installed(new), dict(desired)
             return Applied(len(cmds), self._sweep(changed))
 
@@ -93,7 +108,8 @@ class NftPolicy:
             cmds = self._pod(key, rules.addresses, render.render({key: rules}))
             self._pods[key] = rules
             # a new pod has no connections yet: the ADD path does not pay for a sweep
-            swept = 0 if previous is None or previous == rules else self._sweep(rules.addresses)
+            swept = 0 if previous is None or widens(previous, rules) \
+                else self._sweep(rules.addresses)
             return Applied(len(cmds), swept)
 
     def remove_pod(self, key: PodKey) -> Applied:
@@ -151,8 +167,8 @@ class NftPolicy:
         if now is None:
             now, _ = self._read()
         gone = {c for c in now.counters if render.owned_by(key, c)} - set(new.counters)
-        if gone and key in self._pods:
-            self._retire(self._counter_values(), gone)
+        if gone and key in self._pods:  # counted as soon as read: a failed run rewrites them
+            self._retired = self._retiring(self._counter_values(), gone)
         cmds, after = render.pod(self.table, key, addresses, now, new, with_base=not self._base)
         try:
             run(cmds)
@@ -167,12 +183,36 @@ class NftPolicy:
         self._now, self._base = after, True
         return cmds
 
-    def _retire(self, values: Mapping[str, Count], names: set[str]) -> None:
-        """Keeps the last counts of allow counters about to be deleted, per policy."""
+    def _diff(self, new: render.Rendered) -> list[dict[str, Any]] | None:
+        """Applies `new` as a diff from what this object installed; None when it must not (not
+        read yet, the last read `verify_every` old) or the diff failed (the table changed
+        behind its back): the caller reads the kernel and rewrites everything."""
+        now = self._now
+        if now is None or time.monotonic() - self._verified >= self.verify_every:
+            return None
+        gone = now.counters - set(new.counters)
+        retired = self._retiring(self._counter_values(), gone) if gone else self._retired
+        cmds = render.changes(self.table, now, new, with_base=not self._base)
+        if cmds:
+            try:
+                run(cmds)
+            except NftError as exc:
+                log.warning("NetworkPolicy: the table changed behind the agent's back (%s); "
+                            "reading it and rewriting every rule", exc)
+                self._base = False
+                return None
+        self._retired = retired
+        return cmds
+
+    def _retiring(self, values: Mapping[str, Count], names: set[str]) -> dict[str, Count]:
+        """The retired counts once the allow counters `names` are deleted (their last
+        values added, per policy); kept when the transaction that deletes them succeeds."""
+        retired = dict(self._retired)
         for name in names:
             policy = meanings(self._pods).get(name)
             if isinstance(policy, str) and name in values:
-                self._retired[policy] = self._retired.get(policy, Count(0, 0)) + values[name]
+                retired[policy] = retired.get(policy, Count(0, 0)) + values[name]
+        return retired
 
     def _sweep(self, addresses: Sequence[IPAddress]) -> int:
         if not self._sweep_conntrack or not addresses:

@@ -1,5 +1,6 @@
 """Would the installed rules let this connection start now? Pure: the conntrack sweep asks it of
-each tracked connection of a pod whose rules changed, and deletes those it denies.
+each tracked connection of a pod whose rules changed, and deletes those it denies. `widens`
+tells the changes that cannot deny anything (a peer more, a port more), which need no sweep.
 
 It reads the same `PodRules` the chains are rendered from, with the same meaning (render.py):
 the source pod's egress, then the destination pod's ingress; a direction not isolated allows
@@ -13,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.linux.nftpolicy.render import PodRules
-from policy import DirectionRules, PodKey
-from policy.model import IPAddress
+from policy import DirectionRules, PodKey, PortRange, Rule
+from policy.model import IPAddress, IPNetwork
 
 PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
 
@@ -59,3 +60,46 @@ def allowed(by_address: Mapping[IPAddress, PodRules], flow: Flow) -> bool:
                           for j in dst.judged):  # judged by the source's own node
         return True
     return _allows(dst.policy.ingress, dst, flow.src, flow)
+
+
+def _within(item: IPAddress | IPNetwork, nets: tuple[IPAddress | IPNetwork, ...]) -> bool:
+    """Is every address of `item` one of `nets`' (an address or a network each)?"""
+    for net in nets:
+        if isinstance(net, IPNetwork):
+            if item in net if isinstance(item, IPAddress) else \
+                    item.version == net.version and item.subnet_of(net):  # type: ignore[arg-type]
+                return True
+        elif item == net or (isinstance(item, IPNetwork) and item.num_addresses == 1
+                             and item.network_address == net):
+            return True
+    return False
+
+
+def _port_within(port: PortRange, ports: tuple[PortRange, ...]) -> bool:
+    return any(p.protocol == port.protocol and p.first <= port.first and port.last <= p.last
+               for p in ports)
+
+
+def _rule_within(rule: Rule, rules: tuple[Rule, ...]) -> bool:
+    """Does one of `rules` allow every peer and port `rule` allows?"""
+    return any(all(_within(peer, other.peers) for peer in rule.peers)
+               and (other.ports is None or (rule.ports is not None and all(
+                   _port_within(port, other.ports) for port in rule.ports)))
+               for other in rules)
+
+
+def widens(old: PodRules, new: PodRules) -> bool:
+    """Does `new` allow every connection `old` allowed (so that replacing `old` by `new` cuts
+    none, and no conntrack sweep is needed)? Exact where it says yes; a no may be cautious
+    (a rule covered only by several new rules together)."""
+    if set(old.addresses) != set(new.addresses) or \
+            not set(old.policy.node_addresses) <= set(new.policy.node_addresses) or \
+            not all(_within(j, new.judged) for j in old.judged):
+        return False
+    for before, after in ((old.policy.ingress, new.policy.ingress),
+                          (old.policy.egress, new.policy.egress)):
+        if not after.isolated:
+            continue
+        if not before.isolated or not all(_rule_within(r, after.rules) for r in before.rules):
+            return False
+    return True
