@@ -186,6 +186,7 @@ def test_a_diff_transaction_touches_only_what_changed() -> None:
         {**both, A: rules(ingress=narrower)}), with_base=False))
     a_in, b_in = render.chain_name(A, "ingress"), render.chain_name(B, "ingress")
     assert ("flush", "chain", a_in) in ops and not any(o[2] == b_in for o in ops)
+    assert ("add", "chain", a_in) not in ops  # it exists: adding it costs a read of all chains
     assert not any(o[1] == "element" for o in ops)
     assert ops[-1] == ("delete", "counter", render.allow_counter(A, "ingress", "t/all"))
     # b goes; a takes b's IPv4 address: b's element is deleted before a's is added, b's chain

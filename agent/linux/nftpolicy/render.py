@@ -253,9 +253,13 @@ def base(table: str) -> list[Cmd]:
     return cmds + _base_rules(table)
 
 
-def _chain_cmds(table: str, name: str, body: list[Expr]) -> list[Cmd]:
+def _chain_cmds(table: str, name: str, body: list[Expr], exists: bool = False) -> list[Cmd]:
+    """A chain's rules replaced (flush + add: atomic in the transaction). `exists`: the chain
+    is known to be there, so no `add chain` (it costs libnftables a read of every chain)."""
     chain = _obj(table, name)
-    cmds: list[Cmd] = [{"add": {"chain": chain}}, {"flush": {"chain": chain}}]
+    cmds: list[Cmd] = [{"flush": {"chain": chain}}]
+    if not exists:
+        cmds.insert(0, {"add": {"chain": chain}})
     for expr in body:
         cmds.append({"add": {"rule": {"family": "inet", "table": table, "chain": name,
                                       "expr": expr}}})
@@ -321,7 +325,7 @@ def changes(table: str, now: Installed, new: Rendered, *, with_base: bool = True
              for n, c in sorted(new.counters.items()) if n not in now.counters]
     for name, body in sorted(new.chains.items()):
         if name not in now.chains or now.bodies.get(name) != body:
-            cmds += _chain_cmds(table, name, body)
+            cmds += _chain_cmds(table, name, body, exists=name in now.chains)
     stale = {e: c for e, c in now.elements.items() if new.elements.get(e) != c}
     cmds += _element_cmds("delete", table, stale.items(), now.policed - new.policed)
     fresh = {e: c for e, c in new.elements.items() if now.elements.get(e) != c}
@@ -352,7 +356,8 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
     cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
              for n, c in sorted(new.counters.items())]
     for name, body in sorted(new.chains.items()):
-        cmds += _chain_cmds(table, name, body)
+        if name not in now.chains or now.bodies.get(name) != body:
+            cmds += _chain_cmds(table, name, body, exists=name in now.chains)
     cmds += _element_cmds("add", table, new.elements.items(), new.policed - now.policed)
     cmds += [{"delete": {"counter": _obj(table, n)}}
              for n in sorted(mine_counters - set(new.counters))]
