@@ -84,6 +84,8 @@ class NftPolicy:
         transaction (none when nothing changed), then deletes the tracked connections of the
         changed pods it denies."""
         with table_lock:
+            if desired == self._pods and not self._verify_due():
+                return Applied(0, 0)  # what is installed already (not even rendered again)
             new = render.render(desired)
             cmds = self._diff(new)
             if cmds is None:  # the kernel's state, read, then everything rewritten
@@ -188,7 +190,7 @@ class NftPolicy:
         read yet, the last read `verify_every` old) or the diff failed (the table changed
         behind its back): the caller reads the kernel and rewrites everything."""
         now = self._now
-        if now is None or time.monotonic() - self._verified >= self.verify_every:
+        if now is None or self._verify_due():
             return None
         gone = now.counters - set(new.counters)
         retired = self._retiring(self._counter_values(), gone) if gone else self._retired
@@ -203,6 +205,9 @@ class NftPolicy:
                 return None
         self._retired = retired
         return cmds
+
+    def _verify_due(self) -> bool:
+        return self._now is None or time.monotonic() - self._verified >= self.verify_every
 
     def _retiring(self, values: Mapping[str, Count], names: set[str]) -> dict[str, Count]:
         """The retired counts once the allow counters `names` are deleted (their last
