@@ -26,6 +26,7 @@ from pathlib import Path
 
 from agent.dataplane.vpp.afpacket import RingOptions
 from benchmarks import (
+    add_path,
     agent_metrics,
     cni_bench,
     ipam_core,
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     # benchmarks' to write
     kept = soak_report.kept_section(out) + "".join(
         soak_report.kept_section(out, m.BEGIN, m.END)
-        for m in (mesh_traffic_report, policy_kernel, policy_compile, policy_enforce_report))
+        for m in (mesh_traffic_report, policy_kernel, policy_compile, policy_enforce_report,
+                  add_path))
     out.write_text(render(results) + (f"\n{kept}" if kept else ""))
     log(f"wrote {out} ({results.wall_s:.0f} s)")
     print(out)
