@@ -51,7 +51,7 @@ from benchmarks.mesh_traffic_report import (
     render,
 )
 from benchmarks.soak_report import write_section
-from benchmarks.traffic import IPERF_PORT, _iperf, ping_rtt_ms
+from benchmarks.traffic import IPERF_PORT, iperf, ping_rtt_ms
 from testbed.cluster import Cluster, Node, Pod, converged, unreachable, wait_for
 from testbed.service import DnatService
 from testbed.vpp_nodes import MISSING, REAL_VPP, VppNodes
@@ -104,7 +104,7 @@ def measure_once(kind: str, client: Pod, server: Pod, family: int, service: Dnat
     if service is not None:
         service.point_to(addr, IPERF_PORT, IPERF_PORT)
     args = ["--connect-timeout", "5000", *(UDP_ARGS if kind == "udp" else [])]
-    out: Any = _iperf(client.netns, server.netns, addr, args, counts.seconds,
+    out: Any = iperf(client.netns, server.netns, addr, args, counts.seconds,
                       connect=service.ip if service is not None else "")
     if kind == "udp":
         return float(out["end"]["sum"]["lost_percent"]), None

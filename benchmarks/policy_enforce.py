@@ -74,7 +74,7 @@ from benchmarks.policy_enforce_report import BEGIN, END, section
 from benchmarks.policy_kernel import _listener
 from benchmarks.soak_report import write_section
 from benchmarks.stats import Summary
-from benchmarks.traffic import _iperf
+from benchmarks.traffic import iperf
 from testbed.agent import AgentHandle
 from testbed.etcd import EtcdServer
 from testbed.kube import KubeApiServer
@@ -249,7 +249,7 @@ def add_latency(kubelet: Kubelet, agent: AgentHandle, live: list[int], measured:
 
 
 def packet_cost(client: Pod, server: Pod, seconds: int, pings: int) -> dict[str, Any]:
-    tcp = _iperf(client.netns, server.netns, server.ip, [], seconds)
+    tcp = iperf(client.netns, server.netns, server.ip, [], seconds)
     ping = run_in(client.netns, "ping", "-q", "-c", str(pings), "-i", "0.01", server.ip).stdout
     rtt = re.search(r"= [\d.]+/([\d.]+)/", ping)
     end: Any = tcp["end"]

@@ -38,7 +38,7 @@ from agent.linux.nftpolicy import NftPolicy, PodRules
 from benchmarks.policy_compile import cluster
 from benchmarks.soak_report import write_section
 from benchmarks.stats import Summary
-from benchmarks.traffic import _iperf
+from benchmarks.traffic import iperf
 from policy import (
     DirectionRules,
     PodKey,
@@ -115,7 +115,7 @@ def _listener(netns: str, addr: str, port: int, stop: threading.Event) -> thread
 
 
 def _traffic(a: str, b: str, b_addr: str) -> dict[str, float]:
-    tcp = _iperf(a, b, b_addr, [], 3)
+    tcp = iperf(a, b, b_addr, [], 3)
     ping = run_in(a, "ping", "-q", "-c", "50", "-i", "0.01", b_addr).stdout
     rtt = re.search(r"= [\d.]+/([\d.]+)/", ping)
     stop = threading.Event()

@@ -82,7 +82,7 @@ QUICK = Counts(runs=1, seconds=1, pings=10, memory_pods=2)
 IPERF_PORT = 5201 + os.getpid() % 1000  # the server's port (each in a namespace of its own)
 
 
-def _iperf(client_ns: str, server_ns: str, addr: str, args: list[str], seconds: int,
+def iperf(client_ns: str, server_ns: str, addr: str, args: list[str], seconds: int,
            connect: str = "") -> dict[str, object]:
     """iperf3's JSON: a server bound to `addr` in `server_ns`, the client in `client_ns`
     dialing `connect` (default `addr`; a Service address DNATed to it, same port)."""
@@ -109,9 +109,9 @@ def _iperf(client_ns: str, server_ns: str, addr: str, args: list[str], seconds: 
 def measure_pair(fig: Figures, a_ns: str, b_ns: str, b_addr: str, counts: Counts) -> None:
     """TCP, RTT and UDP loss from a to b, `counts.runs` times each."""
     for _ in range(counts.runs):
-        tcp = _iperf(a_ns, b_ns, b_addr, [], counts.seconds)
+        tcp = iperf(a_ns, b_ns, b_addr, [], counts.seconds)
         fig.tcp_gbps.append(tcp["end"]["sum_received"]["bits_per_second"] / 1e9)  # type: ignore[index]
-        udp = _iperf(a_ns, b_ns, b_addr, ["-u", "-b", "1G", "-l", "1400"], counts.seconds)
+        udp = iperf(a_ns, b_ns, b_addr, ["-u", "-b", "1G", "-l", "1400"], counts.seconds)
         fig.udp_loss_pct.append(float(udp["end"]["sum"]["lost_percent"]))  # type: ignore[index]
         fig.rtt_ms.append(ping_rtt_ms(a_ns, b_addr, counts.pings))
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.soak_report import write_section
-from benchmarks.traffic import IPERF_PORT, _iperf, ping_rtt_ms
+from benchmarks.traffic import IPERF_PORT, iperf, ping_rtt_ms
 from tests.k8s_tier import deploy
 from tests.k8s_tier.conftest import (
     ETCD_IMAGE,
@@ -66,7 +66,7 @@ def _iperf_json(client: str, server: str, ip: str, seconds: int, *args: str,
                 connect: str = "") -> Any:
     """iperf3's JSON from pod namespace `client` to a server bound to `ip` in `server`
     (benchmarks.traffic's, on its port; `connect`: a Service address DNATed to it)."""
-    return _iperf(client, server, ip, list(args), seconds, connect=connect)
+    return iperf(client, server, ip, list(args), seconds, connect=connect)
 
 
 def _gbps(iperf: Any) -> float:
