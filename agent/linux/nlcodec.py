@@ -1,11 +1,14 @@
-"""The rtnetlink wire format, defined once: message layouts, attributes and constants.
+"""The netlink wire format, defined once: message layouts, attributes and constants of rtnetlink
+and of conntrack's nfnetlink.
 
-The raw writes (agent/linux/nlwrite) and the raw reads (agent/linux/nlread) both speak it; nothing
-else packs or unpacks netlink bytes (pyroute2, behind agent/linux/iproute, has its own codec).
-Names and values are the kernel's (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h,
-linux/if_addr.h, linux/neighbour.h, linux/veth.h), so a reader can check them against the
-headers. Layouts use native byte order ("=") and the headers' field widths: ifaddrmsg's
-ifa_index is a __u32, ifinfomsg's ifi_index and ndmsg's ndm_ifindex are signed ints.
+The raw writes (agent/linux/nlwrite), the raw reads (agent/linux/nlread) and the conntrack sweep
+(agent/linux/nftpolicy/conntrack) all speak it; nothing else packs or unpacks netlink bytes
+(pyroute2, behind agent/linux/iproute, has its own codec). Names and values are the kernel's
+(linux/netlink.h, linux/rtnetlink.h, linux/if_link.h, linux/if_addr.h, linux/neighbour.h,
+linux/veth.h, linux/netfilter/nfnetlink.h, linux/netfilter/nfnetlink_conntrack.h), so a reader
+can check them against the headers. Layouts use native byte order ("=") and the headers' field
+widths: ifaddrmsg's ifa_index is a __u32, ifinfomsg's ifi_index and ndmsg's ndm_ifindex are
+signed ints.
 """
 
 from __future__ import annotations
@@ -57,6 +60,15 @@ NDA_DST, NDA_LLADDR = 1, 2
 NUD_NOARP, NUD_PERMANENT = 0x40, 0x80
 NTF_SELF = 0x02
 
+# linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h: conntrack (the NetworkPolicy sweep)
+NETLINK_NETFILTER = 12
+NFNL_SUBSYS_CTNETLINK = 1
+IPCTNL_MSG_CT_NEW, IPCTNL_MSG_CT_GET, IPCTNL_MSG_CT_DELETE = 0, 1, 2
+CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_ID, CTA_ZONE = 1, 2, 12, 18
+CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 2
+CTA_IP_V4_SRC, CTA_IP_V6_SRC = 1, 3
+CTA_PROTO_NUM, CTA_PROTO_SRC_PORT = 1, 2
+
 NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 RTATTR = struct.Struct("=HH")  # len, type
 NLMSGERR = struct.Struct("=i")  # error (a negative errno; 0 is an acknowledgement)
@@ -65,6 +77,7 @@ IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index (_
 RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope,
 #                                      type, flags
 NDMSG = struct.Struct("=BxxxiHBB")  # family, (pad), ifindex, state, flags, type
+NFGENMSG = struct.Struct("=BBH")  # family, version (NFNETLINK_V0), res_id
 _U32 = struct.Struct("=I")
 
 

@@ -1,4 +1,5 @@
-"""Raw rtnetlink reads for the checks: links, addresses, neighbors and routes as small records.
+"""Raw netlink reads for the checks: links, addresses, neighbors and routes as small records
+(and the plain requests and dumps the conntrack sweep makes on a NETLINK_NETFILTER socket).
 
 The checks (CHECK, reconcile after a restart, /v1/pods inspection) only compare a handful of
 attributes with a pod record. Building pyroute2's full message objects cost about 1 ms per request
@@ -93,6 +94,15 @@ class Reader:
                 out.append((mtype, data[offset : offset + length], nl.NLMSGHDR.size))
                 if not mflags & nl.NLM_F_MULTI:
                     return out, interrupted
+
+    def request(self, kind: int, body: bytes) -> None:
+        """One request the kernel acknowledges (a conntrack entry's delete); OSError with the
+        kernel's errno when it refuses."""
+        self._request(kind, nl.NLM_F_ACK, body)
+
+    def dump(self, kind: int, body: bytes) -> list[Message]:
+        """Every answer of a dump request (read again when the kernel marks it interrupted)."""
+        return self._dump(kind, body)
 
     def _dump(self, kind: int, body: bytes) -> list[Message]:
         for _ in range(_DUMP_TRIES):
