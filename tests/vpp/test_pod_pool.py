@@ -112,7 +112,7 @@ def test_a_failed_add_with_a_spare_leaves_nothing(
 def test_a_taken_interface_name_fails_and_leaves_the_pods_link(
     fake: FakeVPP, driver_factory: Factory, pod_ns: str
 ) -> None:
-    dp, pool = pooled(driver_factory, size=1)
+    dp, _ = pooled(driver_factory, size=1)
     ns = pod_ns.rsplit("/", 1)[-1]
     subprocess.run(["ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name",
                     "other"], check=True)
@@ -199,7 +199,7 @@ def test_after_a_vpp_restart_stale_spares_go_and_the_pool_is_made_again(
 
 
 def test_teardown_removes_spares(fake: FakeVPP, driver_factory: Factory) -> None:
-    dp, pool = pooled(driver_factory, size=2)
+    dp, _ = pooled(driver_factory, size=2)
     dp.pool = None  # a stopped agent's spares, found by --teardown's driver
     removed = dp.teardown()
     assert "pair vswp0 (vswitch-cni/spare)" in removed
