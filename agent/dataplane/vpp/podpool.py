@@ -145,6 +145,11 @@ class PodPool:
         with self._lock:
             return len(self._spares)
 
+    def hosts(self) -> list[str]:
+        """The host ends of the spares ready now, oldest (the next taken) first."""
+        with self._lock:
+            return [s.host for s in self._spares]
+
     def peer_name(self, host: str) -> str | None:
         """The waiting end's name of host end `host`; None for a name not from the pool's
         set (an older agent's `vsw<digest>` end)."""
