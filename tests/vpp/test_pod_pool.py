@@ -7,6 +7,8 @@ The pool is started without its loop, so each test drives it by hand (`refill`,
   under the requested name with the pod's MAC, the pair is the pod's (tags), CHECK passes;
   `refill` makes another;
 - an empty pool: the ADD makes its pair as without a pool;
+- an empty pool while the loop is making a spare: the ADD waits for that one instead of asking
+  VPP for a pair of its own (VPP would make the two one after the other anyway);
 - a failed ADD that took a spare leaves nothing (VPP's interface and the veth gone, in VPP's
   order); an interface name taken in the pod fails as before and leaves the pod's link alone;
 - DEL answers with VPP's interface down and routeless and the pod's end back in the node's
@@ -22,6 +24,7 @@ The pool is started without its loop, so each test drives it by hand (`refill`,
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -89,6 +92,36 @@ def test_an_empty_pool_falls_back_to_making_the_pair(
     wiring = dp.attach(p, UndoStack())
     assert "af_packet_create_v3" in fake.requests and pool.ready() == 0
     assert dp.check(p, wiring) == []
+
+
+def test_an_add_waits_for_the_spare_being_made(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    dp, pool = pooled(driver_factory, size=1, fill=False)
+    p = pod(pod_ns, "10.1.1.79/32")
+    wired: list[str] = []
+    errors: list[BaseException] = []
+
+    def run(work: Callable[[], object]) -> threading.Thread:
+        def body() -> None:
+            try:
+                work()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+        thread = threading.Thread(target=body)
+        thread.start()
+        return thread
+
+    fake.requests.clear()
+    with fake.lock:  # VPP answers nothing until released: the spare stays "being made"
+        maker = run(pool.refill)
+        while not netlink.link_exists("vswp0") and maker.is_alive():
+            maker.join(0.01)  # its veth is made before VPP is asked for the interface
+        adder = run(lambda: wired.append(dp.attach(p, UndoStack()).host_ifname))
+    maker.join()
+    adder.join()
+    assert errors == []
+    assert wired == ["vswp0"] and fake.requests.count("af_packet_create_v3") == 1
 
 
 def test_a_failed_add_with_a_spare_leaves_nothing(

@@ -145,6 +145,11 @@ class VppDataplane:
             extra={"sw_if_index": str(port.sw_if_index), "mode": self.mode.name, "tag": tag},
         )
 
+    def pending_link_deletes(self) -> int:
+        """Pairs DELs retired whose AF_PACKET interface and veth are not deleted yet (the
+        agent's vswitch_cni_pending_link_deletes gauge)."""
+        return len(self.pool.retiring()) if self.pool is not None else 0
+
     def close(self) -> None:
         """Deletes the spares and what DELs left to delete (VPP's interfaces first), then
         disconnects; pods stay wired."""
@@ -165,6 +170,12 @@ class VppDataplane:
     def attach(
         self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None = None
     ) -> Wiring:
+        if self.pool is None:
+            return self._attach(pod, undo, netns)
+        with self.pool.request():  # the pool's loop leaves VPP to this ADD meanwhile
+            return self._attach(pod, undo, netns)
+
+    def _attach(self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None) -> Wiring:
         # VPP opens a TAP's namespace by its path itself; the veth mode moves a spare's end
         # into `netns` (or makes its pair with agent/linux/netlink.create_veth).
         objs = self._ensure()
@@ -245,6 +256,13 @@ class VppDataplane:
                         neighbors.delete(self.api, sw, addr.ip, mac)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
+        if self.pool is None:
+            self._detach(pod, wiring)
+            return
+        with self.pool.request():  # the pool's loop leaves VPP to this DEL meanwhile
+            self._detach(pod, wiring)
+
+    def _detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
         # VPP away: nothing is removed, not even the veth, which a VPP that stopped answering
         # may still poll (veth_afpacket.py); the runtime retries the DEL.
         self._ensure()

@@ -19,11 +19,17 @@ af_packet_delete. Neither depends on the pod, so neither needs to be on the answ
   between the two). A host name stays reserved until its pair is gone, so no ADD meets it.
 
 One supervised loop (agent/infra/loops) does both, deletes first, in the namespace of the thread
-that started the pool. After a VPP restart (a new connection generation) spares are stale: their
-veths are deleted (VPP has no socket on them any more) and new ones made. After an agent
-restart, `start` hands every pair tagged spare or retired to the deletes (a killed agent's spares
-are not trusted: made again they cost one af_packet_create each); `close` deletes what is
-pending and the spares (agent shutdown).
+that started the pool. VPP answers one request at a time and an AF_PACKET create or delete holds
+it ~43 ms, so the loop starts neither while a CNI request is in VPP's hands (`request`: ADD and
+DEL mark themselves), unless it has waited `YIELD_MAX` already; and an ADD that finds no spare
+while one is being made waits for that one (it is further along than a pair of its own would
+be, and VPP would make the two one after the other anyway).
+
+After a VPP restart (a new connection generation) spares are stale: their veths are deleted
+(VPP has no socket on them any more) and new ones made. After an agent restart, `start` hands
+every pair tagged spare or retired to the deletes (a killed agent's spares are not trusted:
+made again they cost one af_packet_create each); `close` deletes what is pending and the spares
+(agent shutdown).
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from agent.dataplane.vpp import afpacket, interfaces, names
@@ -46,6 +54,7 @@ from agent.model.errors import CniError
 log = logging.getLogger(__name__)
 _OWN_NS = "/proc/thread-self/ns/net"
 UNKNOWN = -1  # generation of a pair found at start: ask VPP whether it has a socket on it
+YIELD_MAX = 1.0  # seconds the loop waits for a moment without CNI requests before it goes on
 
 
 @dataclass(frozen=True)
@@ -80,8 +89,10 @@ class PodPool:
         self.links = links
         self.cfg = settings
         self._gateway = gateway  # connected, base applied: the gateway loopback's sw_if_index
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._spares: list[Spare] = []
+        self._making = False  # a spare is being made (an ADD may wait for it)
+        self._requests = 0  # CNI requests in VPP's hands now (the loop yields to them)
         self._retired: dict[str, int] = {}  # host -> generation its binding was known on
         self._busy: set[str] = set()  # retired pairs being deleted right now
         self._nsfd = -1
@@ -127,17 +138,37 @@ class PodPool:
 
     # ---- spares ------------------------------------------------------------------------------
 
-    def take(self, generation: int) -> Spare | None:
-        """A spare made on VPP connection `generation` (stale ones go to the deletes), or
-        None; the loop is woken to make another."""
-        spare = None
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """Marks a CNI request (ADD, DEL) at work: the loop starts no VPP work meanwhile."""
         with self._lock:
-            while self._spares and spare is None:
-                candidate = self._spares.pop(0)
-                if candidate.generation == generation:
-                    spare = candidate
-                else:
-                    self._retire_locked(candidate.host, candidate.generation)
+            self._requests += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._requests -= 1
+                self._lock.notify_all()
+
+    def take(self, generation: int, wait: float = 5.0) -> Spare | None:
+        """A spare made on VPP connection `generation` (stale ones go to the deletes): a
+        ready one, else the one being made now (waited for, up to `wait` seconds), else
+        None. The loop is woken to make another."""
+        spare = None
+        deadline = time.monotonic() + wait
+        with self._lock:
+            while spare is None:
+                if self._spares:
+                    candidate = self._spares.pop(0)
+                    if candidate.generation == generation:
+                        spare = candidate
+                    else:
+                        self._retire_locked(candidate.host, candidate.generation)
+                    continue
+                left = deadline - time.monotonic()
+                if not self._making or left <= 0:
+                    break
+                self._lock.wait(left)
         self._loop.wake()
         return spare
 
@@ -169,9 +200,28 @@ class PodPool:
         if stale:
             self.delete_retired()
         while self.ready() < self.cfg.size and not self._loop.stopping.is_set():
-            spare = self._make()
+            self._yield()
             with self._lock:
-                self._spares.append(spare)
+                self._making = True
+            made: Spare | None = None
+            try:
+                made = self._make()
+            finally:
+                with self._lock:
+                    self._making = False
+                    if made is not None:
+                        self._spares.append(made)
+                    self._lock.notify_all()
+
+    def _yield(self) -> None:
+        """Waits for a moment without CNI requests at work, at most YIELD_MAX seconds."""
+        deadline = time.monotonic() + YIELD_MAX
+        with self._lock:
+            while self._requests and not self._loop.stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._lock.wait(left)
 
     def _make(self) -> Spare:
         gateway = self._gateway()  # connects, and applies the base config after a VPP restart
@@ -225,10 +275,13 @@ class PodPool:
         with self._lock:
             return set(self._retired) | set(self._busy)
 
-    def delete_retired(self) -> None:
+    def delete_retired(self, polite: bool = False) -> None:
         """Deletes every retired pair, in VPP's order; one VPP will not let go of stays
-        pending (the error is raised: the loop backs off and tries again)."""
+        pending (the error is raised: the loop backs off and tries again). `polite`: each
+        delete waits for a moment without CNI requests first (the loop)."""
         while True:
+            if polite:
+                self._yield()
             with self._lock:
                 if not self._retired:
                     return
@@ -263,7 +316,7 @@ class PodPool:
         if not self._entered:
             enter_netns(self._nsfd)  # this thread only, once: the node's namespace
             self._entered = True
-        self.delete_retired()
+        self.delete_retired(polite=True)
         self.refill()
 
     @property
