@@ -23,7 +23,10 @@ that started the pool. VPP answers one request at a time and an AF_PACKET create
 it ~43 ms, so the loop starts neither while a CNI request is in VPP's hands (`request`: ADD and
 DEL mark themselves), unless it has waited `YIELD_MAX` already; and an ADD that finds no spare
 while one is being made waits for that one (it is further along than a pair of its own would
-be, and VPP would make the two one after the other anyway).
+be, and VPP would make the two one after the other anyway). Deletes wait longer: for a pause of
+`QUIET` without requests (a run of DELs, as a node drains, would otherwise meet a delete
+between every two), at most `DELETE_WAIT_MAX`, and not at all once more than `PENDING_MAX`
+pairs (their rings: 1.93 MiB each with the defaults) are waiting.
 
 After a VPP restart (a new connection generation) spares are stale: their veths are deleted
 (VPP has no socket on them any more) and new ones made. After an agent restart, `start` hands
@@ -55,6 +58,9 @@ log = logging.getLogger(__name__)
 _OWN_NS = "/proc/thread-self/ns/net"
 UNKNOWN = -1  # generation of a pair found at start: ask VPP whether it has a socket on it
 YIELD_MAX = 1.0  # seconds the loop waits for a moment without CNI requests before it goes on
+QUIET = 0.2  # seconds without requests a delete waits for
+DELETE_WAIT_MAX = 5.0  # seconds a delete waits for them at most
+PENDING_MAX = 16  # retired pairs beyond which deletes wait for nothing
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class PodPool:
         self._spares: list[Spare] = []
         self._making = False  # a spare is being made (an ADD may wait for it)
         self._requests = 0  # CNI requests in VPP's hands now (the loop yields to them)
+        self._last_request = 0.0  # monotonic time the last one ended
         self._retired: dict[str, int] = {}  # host -> generation its binding was known on
         self._busy: set[str] = set()  # retired pairs being deleted right now
         self._nsfd = -1
@@ -148,6 +155,7 @@ class PodPool:
         finally:
             with self._lock:
                 self._requests -= 1
+                self._last_request = time.monotonic()
                 self._lock.notify_all()
 
     def take(self, generation: int, wait: float = 5.0) -> Spare | None:
@@ -160,6 +168,7 @@ class PodPool:
             while spare is None:
                 if self._spares:
                     candidate = self._spares.pop(0)
+                    self._lock.notify_all()  # a loop waiting to delete makes a spare first
                     if candidate.generation == generation:
                         spare = candidate
                     else:
@@ -213,15 +222,25 @@ class PodPool:
                         self._spares.append(made)
                     self._lock.notify_all()
 
-    def _yield(self) -> None:
-        """Waits for a moment without CNI requests at work, at most YIELD_MAX seconds."""
-        deadline = time.monotonic() + YIELD_MAX
+    def _yield(self, quiet: float = 0.0, longest: float = YIELD_MAX,
+               to_spares: bool = False) -> bool:
+        """Waits for a moment without CNI requests at work, and `quiet` seconds since the
+        last one ended; at most `longest` seconds. `to_spares`: gives up (False) as soon as
+        a spare is wanted (an ADD took one: making it comes first)."""
+        deadline = time.monotonic() + longest
         with self._lock:
-            while self._requests and not self._loop.stopping.is_set():
-                left = deadline - time.monotonic()
+            while not self._loop.stopping.is_set():
+                if to_spares and len(self._spares) < self.cfg.size:
+                    return False
+                now = time.monotonic()
+                calm = self._last_request + quiet - now
+                if not self._requests and calm <= 0:
+                    return True
+                left = deadline - now
                 if left <= 0:
-                    return
-                self._lock.wait(left)
+                    return True
+                self._lock.wait(min(left, calm) if not self._requests and calm > 0 else left)
+        return True
 
     def _make(self) -> Spare:
         gateway = self._gateway()  # connects, and applies the base config after a VPP restart
@@ -275,16 +294,18 @@ class PodPool:
         with self._lock:
             return set(self._retired) | set(self._busy)
 
-    def delete_retired(self, polite: bool = False) -> None:
+    def delete_retired(self, polite: bool = False) -> bool:
         """Deletes every retired pair, in VPP's order; one VPP will not let go of stays
         pending (the error is raised: the loop backs off and tries again). `polite`: each
-        delete waits for a moment without CNI requests first (the loop)."""
+        delete waits for a pause in the CNI requests first, and the deletes stop (False)
+        when a spare is wanted (the loop). True: none is left."""
         while True:
-            if polite:
-                self._yield()
+            if polite and len(self.retiring()) <= PENDING_MAX and \
+                    not self._yield(QUIET, DELETE_WAIT_MAX, to_spares=True):
+                return False
             with self._lock:
                 if not self._retired:
-                    return
+                    return True
                 host, generation = next(iter(self._retired.items()))
                 del self._retired[host]
                 self._busy.add(host)
@@ -316,8 +337,10 @@ class PodPool:
         if not self._entered:
             enter_netns(self._nsfd)  # this thread only, once: the node's namespace
             self._entered = True
-        self.delete_retired(polite=True)
-        self.refill()
+        while not self._loop.stopping.is_set():
+            self.refill()
+            if self.delete_retired(polite=True):
+                return
 
     @property
     def error(self) -> str:

@@ -121,9 +121,9 @@ class VethAfPacket:
             self.remove(pod, sw_if_index, wiring)
             return
         if not netlink.link_exists(host):  # gone with its pod namespace before the DEL
-            self.links.delete(host)
             if sw_if_index is not None:
                 afpacket.delete(self.api, host)
+            self.links.delete(host)
             return
         with nlwrite.host_batch() as batch:
             batch.set_link(host, alias=names.RETIRED_TAG)
