@@ -236,9 +236,10 @@ class VppDataplane:
         if self.pool is None:
             self.mode.remove(pod, sw_if_index, wiring)
             return
-        # VPP sends it nothing from now on; the slow deletes go to the pool (podpool.py)
+        # Routeless, VPP sends it nothing from now on; the slow deletes go to the pool
+        # (podpool.py). Not admin down: VPP would set the veth down with it, and its own
+        # socket on the veth would fail (`af_packet_fd_error: Network is down`).
         if sw_if_index is not None:
-            interfaces.set_admin_up(self.api, sw_if_index, up=False)
             interfaces.set_tag(self.api, sw_if_index, names.RETIRED_TAG)
         self.veth.retire(pod, sw_if_index, wiring, self.api.generation)
 

@@ -11,10 +11,11 @@ af_packet_delete. Neither depends on the pod, so neither needs to be on the answ
   in the node's namespace as `<spare prefix><N>`. An ADD takes one (`take`) and moves that end
   into the pod in one netlink message (agent/dataplane/vpp/veth_afpacket); the loop makes a new
   one. Each spare holds its AF_PACKET rings (1.93 MiB of kernel memory with the defaults).
-- **Retired pairs**: a DEL takes the pod's routes and neighbors out of VPP, sets its interface
-  down, moves the pod's end back into the node's namespace (so a runtime that removes the pod's
-  namespace right after the DEL cannot take the veth, and VPP's socket with it, before VPP has
-  let go of it), tags both `vswitch-cni/retired` and answers; the loop then deletes VPP's
+- **Retired pairs**: a DEL takes the pod's routes and neighbors out of VPP (not its interface
+  down: VPP would set the veth down under its own socket), moves the pod's end back into the
+  node's namespace (so a runtime that removes the pod's namespace right after the DEL cannot
+  take the veth, and VPP's socket with it, before VPP has let go of it), tags both
+  `vswitch-cni/retired` and answers; the loop then deletes VPP's
   AF_PACKET interface and after it the veth (issue #27's order; failpoint `del:vpp-afpacket`
   between the two). A host name stays reserved until its pair is gone, so no ADD meets it.
 
@@ -274,7 +275,7 @@ class PodPool:
     # ---- retired pairs -----------------------------------------------------------------------
 
     def retire(self, host: str, generation: int) -> None:
-        """Hands over pair `host` (VPP's interface down and routeless, the pod's end back in
+        """Hands over pair `host` (VPP's interface routeless, the pod's end back in
         the node's namespace) for deletion: VPP's AF_PACKET interface when VPP had one on
         connection `generation`, then the veth."""
         with self._lock:

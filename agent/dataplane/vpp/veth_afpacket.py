@@ -110,7 +110,7 @@ class VethAfPacket:
                generation: int) -> None:
         """DEL with a pool: the pod's end back into the node's namespace under its waiting
         name, the pair tagged retired and handed to the pool, which deletes VPP's interface
-        and then the veth in the background. VPP's interface is down and routeless already.
+        and then the veth in the background. VPP's interface is routeless already.
         A pair of an older agent's name, or one whose end cannot be taken out of a living pod
         namespace, is removed here as without a pool."""
         host = self._host(pod, wiring)
