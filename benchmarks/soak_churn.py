@@ -243,8 +243,8 @@ class Churn:
         self.result.final_del_ms = list(self._dels)
 
     def _leaks(self) -> dict[str, float]:
-        if self.dataplane == "kernel":  # its DELs' veths go in the background
-            pending = self.agent.links_settled(timeout=30)
-            if pending:
-                self.result.details.append(pending)
+        # DELs' veths go in the background (the kernel's; VPP's with its pod pool)
+        pending = self.agent.links_settled(timeout=30)
+        if pending:
+            self.result.details.append(pending)
         return self._read()

@@ -58,7 +58,10 @@ def _json(argv: list[str]) -> Any:
 
 def host(owned: Owned, nft_tables: Collection[str]) -> dict[str, float]:
     """The node's links, routes, nftables rules and conntrack entries: all, and the soak's."""
-    links = {str(o["ifname"]) for o in _json(["ip", "-j", "link", "show"])}
+    shown = _json(["ip", "-j", "link", "show"])
+    # The VPP driver's ready spares (its pod pool) hold names from the reused set that deleted
+    # pods had: not a deleted pod's link.
+    links = {str(o["ifname"]) for o in shown if o.get("ifalias") != "vswitch-cni/spare"}
     routes: list[dict[str, Any]] = []
     for family in ("-4", "-6"):
         routes += _json(["ip", "-j", family, "route", "show", "table", "all"])

@@ -27,12 +27,15 @@ from typing import Any
 
 import yaml
 
-from agent.linux import hostnat
+from agent.dataplane.vpp.names import RETIRED_TAG, SPARE_TAG
+from agent.linux import hostnat, netlink
 from agent.model.errors import CniError
 from testbed import tools
 from testbed.etcd import free_port
 from testbed.tools import REPO
 from testbed.vpp import remove_base
+
+POOL_TAGS = (SPARE_TAG, RETIRED_TAG)  # aliases of the VPP driver's own pairs (its pod pool)
 
 AGENT = [sys.executable, "-m", "agent.main"]
 
@@ -239,6 +242,13 @@ def serving_agent(
         for name in (handle.gateway_ifname, config.get("VPPHostInterface")):
             if name:
                 subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+        # The VPP driver's spare and retired pairs (its pod pool) that it could not delete
+        # itself (VPP gone before it stopped); with VPP up remove_base took them, VPP first.
+        prefix = str(config.get("HostInterfacePrefix", ""))
+        with contextlib.suppress(CniError):
+            for name, alias in netlink.links_with_alias_prefix("vswitch-cni/").items():
+                if prefix and name.startswith(prefix) and alias in POOL_TAGS:
+                    netlink.delete_link(name)
         # Only a table of its own: the default one may be a real agent's on this machine.
         if config.get("NatTable"):
             with contextlib.suppress(hostnat.NftError):

@@ -66,6 +66,7 @@ class AgentConfig:
     afpacket_frame_size: int = 2048 * 33
     afpacket_rx_frames: int = 20
     afpacket_tx_frames: int = 10
+    vpp_pod_pool: int = 4  # ready veth + AF_PACKET pairs (docs/vpp.md); 0: none
     nat_excluded_cidrs: tuple[str, ...] = ()
     nat_table: str = "vswitch-cni"
     vxlan_interface: str = "vxlan-vsw"
@@ -187,6 +188,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("AfPacketFrameSize", "afpacket_frame_size", parsers.frame_size),
         ("AfPacketRxFrames", "afpacket_rx_frames", parsers.int_range(2, 4096)),
         ("AfPacketTxFrames", "afpacket_tx_frames", parsers.int_range(2, 4096)),
+        ("VppPodPool", "vpp_pod_pool", parsers.int_range(0, 64)),
         ("NatExternalTraffic", "nat_external_traffic", parsers.boolean),
         ("NatExcludedCIDRs", "nat_excluded_cidrs", parsers.cidrs),
         ("NatTable", "nat_table", parsers.nft_name),

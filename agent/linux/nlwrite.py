@@ -54,12 +54,14 @@ class Batch:
         self._queued.append(_Request(self._seq, data, what, ok))
         return self._seq
 
-    def add_veth(self, name: str, mtu: int, peer_name: str, peer_netns_fd: int,
+    def add_veth(self, name: str, mtu: int, peer_name: str, peer_netns_fd: int | None,
                  peer_mac: str | None) -> None:
         """A veth pair, this end up (no carrier until the peer is up), the peer down inside
-        the namespace `peer_netns_fd`."""
+        the namespace `peer_netns_fd` (None: this socket's, beside this end)."""
         peer = nl.IFINFOMSG.pack(0, 0, 0, 0, 0) + nl.attr_str(nl.IFLA_IFNAME, peer_name)
-        peer += nl.attr_u32(nl.IFLA_MTU, mtu) + nl.attr_u32(nl.IFLA_NET_NS_FD, peer_netns_fd)
+        peer += nl.attr_u32(nl.IFLA_MTU, mtu)
+        if peer_netns_fd is not None:
+            peer += nl.attr_u32(nl.IFLA_NET_NS_FD, peer_netns_fd)
         if peer_mac:
             peer += nl.attr(nl.IFLA_ADDRESS, nl.mac_bytes(peer_mac))
         data = nl.nested(nl.VETH_INFO_PEER, peer)
@@ -80,6 +82,19 @@ class Batch:
         if alias:
             body += nl.attr_str(nl.IFLA_IFALIAS, alias)
         self._add(nl.RTM_NEWLINK, 0, body, f"setting link {name or index}")
+
+    def move_link(self, index: int, netns_fd: int, name: str, mac: str = "",
+                  mtu: int = 0) -> None:
+        """Moves link `index` into the namespace `netns_fd` under `name`, in one message: the
+        kernel renames it as it moves it (EEXIST, and nothing moved, when `name` is taken
+        there), then sets the MAC and MTU given. The link arrives down."""
+        body = nl.IFINFOMSG.pack(0, 0, index, 0, 0) + nl.attr_u32(nl.IFLA_NET_NS_FD, netns_fd)
+        body += nl.attr_str(nl.IFLA_IFNAME, name)
+        if mac:
+            body += nl.attr(nl.IFLA_ADDRESS, nl.mac_bytes(mac))
+        if mtu:
+            body += nl.attr_u32(nl.IFLA_MTU, mtu)
+        self._add(nl.RTM_NEWLINK, 0, body, f"moving link {index} as {name}")
 
     def delete_link(self, name: str) -> None:
         body = nl.IFINFOMSG.pack(0, 0, 0, 0, 0) + nl.attr_str(nl.IFLA_IFNAME, name)
@@ -295,6 +310,29 @@ def _add_pair(
             if retry or exc.errno != errno.EEXIST or not delete_link(host_ifname):
                 raise
     raise AssertionError("not reached: the second attempt returns or raises")
+
+
+def add_local_pair(host_ifname: str, peer_ifname: str, mtu: int, alias: str) -> tuple[int, int]:
+    """A veth pair with both ends in the calling thread's namespace: `host_ifname` up, tagged
+    `alias`, without IPv6 DAD; `peer_ifname` down (a spare pair waiting for its pod, see
+    agent/dataplane/vpp/podpool). Returns (host index, peer index). A host name someone holds
+    fails with EEXIST (a DataplaneFailure caused by it); on failure nothing is left."""
+    with host_batch() as batch:
+        batch.add_veth(host_ifname, mtu, peer_ifname, None, None)
+        host_seq = batch.get_link(host_ifname)  # a refused add raises first (the lower number)
+        peer_seq = batch.get_link(peer_ifname)
+        links = send(batch, f"creating veth {host_ifname} <-> {peer_ifname}")
+        try:
+            batch.set_link(index=links[host_seq].index, alias=alias)
+            send(batch, f"tagging veth {host_ifname}")
+            _no_dad(host_ifname)
+        except OSError as exc:
+            delete_link(host_ifname)
+            raise DataplaneFailure(f"setting up veth {host_ifname}", describe(exc)) from exc
+        except BaseException:
+            delete_link(host_ifname)
+            raise
+    return links[host_seq].index, links[peer_seq].index
 
 
 def _check_ifname(ifname: str) -> None:

@@ -152,6 +152,15 @@ def test_nat_and_afpacket_keys() -> None:
         assert info.value.key == key
 
 
+def test_vpp_pod_pool_key() -> None:
+    assert parse({}, env={}).vpp_pod_pool == 4
+    assert parse({"vpppodpool": 0}, env={}).vpp_pod_pool == 0  # off: no spares, DEL as before
+    for value in (-1, 65, "many"):
+        with pytest.raises(ConfigError) as info:
+            parse({"VppPodPool": value}, env={})
+        assert info.value.key == "VppPodPool"
+
+
 def test_ipam_section_errors_name_the_nested_key() -> None:
     with pytest.raises(ConfigError) as info:
         parse({"IPAMConfig": {"PodSubnetCIDR": "10.1.0.0/33"}}, env={})

@@ -79,8 +79,14 @@ class Handlers(L2Handlers, AclHandlers):
 
     def sw_interface_set_flags(self, req: Any) -> Fields:
         itf = self.s.get(req.sw_if_index)
+        up = bool(int(req.flags) & ADMIN_UP)
+        if itf.dev_type == AF_PACKET_DEV_TYPE and itf.flags & ADMIN_UP and not up:
+            # VPP sets the host device down with it (af_packet_interface_admin_up_down), and
+            # its own socket on the device then fails: a real VPP logs this.
+            self.log.append(f"af_packet: fd host-{itf.host_if_name} reason "
+                            "af_packet_fd_error: Network is down")
         # A virtual interface's link follows its admin state here.
-        itf.flags = (ADMIN_UP | LINK_UP) if int(req.flags) & ADMIN_UP else 0
+        itf.flags = (ADMIN_UP | LINK_UP) if up else 0
         return {}
 
     def sw_interface_set_mtu(self, req: Any) -> Fields:

@@ -24,6 +24,7 @@ import ipaddress
 import os
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,14 +53,16 @@ OUT4, EDGE4 = "198.51.100.2", "198.51.100.1"  # an outside host and the node's s
 MACHINE_NS = f"/proc/{os.getpid()}/ns/net"
 
 
-@pytest.fixture(params=[False, True], ids=["veth-afpacket", "tapv2"])
+@pytest.fixture(params=["veth-afpacket", "tapv2", "veth-pool"])
 def driver(request: pytest.FixtureRequest) -> Iterator[VppDataplane]:
-    use_tap = bool(request.param)
+    use_tap = request.param == "tapv2"
     if use_tap and not os.path.exists("/dev/vhost-net"):
         pytest.skip("no /dev/vhost-net on this node: VPP cannot create TAPs")
     suffix = secrets.token_hex(2)
     dp = VppDataplane(VppConfig(
         api_socket=SOCKET, use_tap=use_tap, pod_vrf_id=1,
+        # veth-pool: the pods take ready pairs (agent/dataplane/vpp/podpool), DEL deletes later
+        pod_pool=2 if request.param == "veth-pool" else 0,
         pod_gateways=(ipaddress.ip_interface(f"{V4[1]}/24"), ipaddress.ip_interface(f"{V6[1]}/64")),
         vpp_host_ip=ipaddress.ip_interface("172.31.251.1/24"),
         host_linux_ip=ipaddress.ip_interface(f"{NODE4}/24"),
@@ -69,8 +72,14 @@ def driver(request: pytest.FixtureRequest) -> Iterator[VppDataplane]:
         dp.start()
         subprocess.run(["ip", "addr", "add", f"{NODE6}/128", "dev", dp.cfg.host_ifname, "nodad"],
                        check=True)
+        if dp.pool is not None:  # the pool's loop makes the spares the pods will take
+            deadline = time.monotonic() + 30
+            while dp.pool.ready() < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
         yield dp
     finally:
+        if dp.pool is not None:
+            dp.pool.close()  # spares and pending deletes, VPP's interfaces first
         dp.teardown()  # VPP as the test found it: interconnect, loopback, routes, VRFs
         dp.close()
 
@@ -93,8 +102,11 @@ def dual(netns: str, n: int) -> PodNetwork:
 def pods(driver: VppDataplane) -> Iterator[Pods]:
     with named_netns("tvr") as ns_a, named_netns("tvr") as ns_b:
         a, b = dual(ns_a, 21), dual(ns_b, 22)
+        spares = driver.pool.hosts() if driver.pool is not None else []
         wa = driver.attach(a, UndoStack())
         wb = driver.attach(b, UndoStack())
+        if driver.pool is not None:  # both pods on spares: their ends moved in and renamed
+            assert [wa.host_ifname, wb.host_ifname] == spares
         try:
             pod_netns.configure(a, wa.gateway_mac)
             pod_netns.configure(b, wb.gateway_mac)

@@ -37,6 +37,10 @@ class VppConfig:
     host_vpp_ifname: str = "vpp2"  # veth mode: the end VPP binds AF_PACKET to
     # veth mode: pods' host ends are this plus a reused number (podlinks.py); HostInterfacePrefix+p
     pod_link_prefix: str = "vswp"
+    # veth mode: ready pairs kept for the next ADDs, and DEL's slow deletes done in the
+    # background (podpool.py); 0: neither (VppPodPool). Their waiting ends: this plus a number.
+    pod_pool: int = 0
+    spare_link_prefix: str = "vsws"
     connect_timeout: float = 2.0  # seconds to connect (VPP down -> fast TryAgainLater)
     request_timeout: float = 5.0  # seconds for one reply
     client_name: str = "vswitch-agent"
@@ -58,9 +62,16 @@ class VppConfig:
             name = getattr(self, key)
             if not name or len(name) > IFNAMSIZ or "/" in name:
                 raise InvalidConfig(f"VPP config {key}={name!r}: not a valid interface name")
-        if not (self.pod_link_prefix.isalnum() and len(self.pod_link_prefix) <= 6):
-            raise InvalidConfig(f"VPP config pod_link_prefix={self.pod_link_prefix!r}: "
-                                "1 to 6 letters or digits")
+        for key in ("pod_link_prefix", "spare_link_prefix"):
+            prefix = getattr(self, key)
+            if not (prefix.isalnum() and len(prefix) <= 6):
+                raise InvalidConfig(f"VPP config {key}={prefix!r}: 1 to 6 letters or digits")
+        if self.spare_link_prefix.startswith(self.pod_link_prefix) or \
+                self.pod_link_prefix.startswith(self.spare_link_prefix):
+            raise InvalidConfig(f"VPP config spare_link_prefix={self.spare_link_prefix!r}: "
+                                f"must not overlap pod_link_prefix={self.pod_link_prefix!r}")
+        if not 0 <= self.pod_pool <= 64:
+            raise InvalidConfig(f"VPP config pod_pool={self.pod_pool}: must be 0..64")
 
     def _check_ranges(self) -> None:
         if not self.api_socket.startswith("/"):

@@ -31,6 +31,7 @@ from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
 from agent.dataplane.vpp.podlinks import PodLinks
+from agent.dataplane.vpp.podpool import PodPool, PoolSettings, remove_pairs
 from agent.dataplane.vpp.tapv2 import TapV2
 from agent.dataplane.vpp.veth_afpacket import VethAfPacket
 from agent.infra import failpoints
@@ -50,11 +51,22 @@ class VppDataplane:
                           config.request_timeout, config.client_name)
         # veth host ends, reused names (podlinks.py); in TAP mode too: orphans of a veth run
         self.links = PodLinks(config.pod_link_prefix)
+        # veth mode: spares for ADD and background deletes for DEL (podpool.py)
+        self.pool: PodPool | None = None
+        if config.pod_pool and not config.use_tap:
+            settings = PoolSettings(
+                config.pod_pool, config.spare_link_prefix, config.mtu, config.afpacket,
+                config.pod_vrf_id, tuple(sorted({g.version == 6 for g in config.pod_gateways})),
+            )
+            self.pool = PodPool(self.api, self.links, settings,
+                                lambda: self._ensure().gateway_sw_if_index)
+        self.veth = VethAfPacket(self.api, config.mtu, config.afpacket, self.links,
+                                 config.pod_tso4, self.pool)
         self.mode: WiringMode = (
             TapV2(self.api, config.mtu, config.tap_rx_ring_size, config.tap_tx_ring_size,
                   config.vhost_net_path)
             if config.use_tap
-            else VethAfPacket(self.api, config.mtu, config.afpacket, self.links, config.pod_tso4)
+            else self.veth
         )
         self._base: base.BaseObjects | None = None
         self._base_generation = -1
@@ -65,6 +77,8 @@ class VppDataplane:
         self.mode.check_usable()
         self._require_plugins()
         self._ensure()
+        if self.pool is not None:
+            self.pool.start()
 
     def _require_plugins(self) -> None:
         """Names the VPP plugins this configuration needs that the running VPP lacks (only
@@ -131,14 +145,24 @@ class VppDataplane:
             extra={"sw_if_index": str(port.sw_if_index), "mode": self.mode.name, "tag": tag},
         )
 
+    def pending_link_deletes(self) -> int:
+        """Pairs DELs retired whose AF_PACKET interface and veth are not deleted yet (the
+        agent's vswitch_cni_pending_link_deletes gauge)."""
+        return len(self.pool.retiring()) if self.pool is not None else 0
+
     def close(self) -> None:
+        """Deletes the spares and what DELs left to delete (VPP's interfaces first), then
+        disconnects; pods stay wired."""
+        if self.pool is not None:
+            self.pool.close()
         self.api.close()
 
     def teardown(self) -> list[str]:
         """Removes the base configuration (the node leaves); pods must be detached first."""
         with self._base_lock:
             self.api.connect()
-            removed = teardown.remove_base(self.api, self.cfg)
+            removed = remove_pairs(self.api, self.links)  # spares, retired pairs
+            removed += teardown.remove_base(self.api, self.cfg)
             self._base = None
         return removed
 
@@ -146,13 +170,19 @@ class VppDataplane:
     def attach(
         self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None = None
     ) -> Wiring:
-        # VPP opens a TAP's namespace by its path itself, and the veth mode makes its pair
-        # with agent/linux/netlink.create_veth: `netns` is left to the pod side.
+        if self.pool is None:
+            return self._attach(pod, undo, netns)
+        with self.pool.request():  # the pool's loop leaves VPP to this ADD meanwhile
+            return self._attach(pod, undo, netns)
+
+    def _attach(self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None) -> Wiring:
+        # VPP opens a TAP's namespace by its path itself; the veth mode moves a spare's end
+        # into `netns` (or makes its pair with agent/linux/netlink.create_veth).
         objs = self._ensure()
         self.mode.check_usable()
         tag = names.pod_tag(pod.key)
         self._remove_leftovers(pod, tag)
-        port = self.mode.create(pod, tag, undo)
+        port = self.mode.create(pod, tag, undo, netns)
         self._configure(pod, port, objs.gateway_sw_if_index, undo)
         return Wiring(
             host_ifname=port.host_ifname,
@@ -181,11 +211,12 @@ class VppDataplane:
 
     def _configure(self, pod: PodNetwork, port: Port, gateway: int, undo: UndoStack) -> None:
         sw = port.sw_if_index
-        for ipv6 in sorted({a.version == 6 for a in pod.addresses}):
-            interfaces.set_table(self.api, sw, self.cfg.pod_vrf_id, ipv6)
-        interfaces.set_unnumbered(self.api, sw, gateway)
-        interfaces.set_mtu(self.api, sw, pod.mtu or self.cfg.mtu)
-        interfaces.set_admin_up(self.api, sw)
+        if not port.prepared:  # a spare is in the pod VRF, unnumbered, MTU set and up
+            for ipv6 in sorted({a.version == 6 for a in pod.addresses}):
+                interfaces.set_table(self.api, sw, self.cfg.pod_vrf_id, ipv6)
+            interfaces.set_unnumbered(self.api, sw, gateway)
+            interfaces.set_mtu(self.api, sw, pod.mtu or self.cfg.mtu)
+            interfaces.set_admin_up(self.api, sw)
         for addr in pod.addresses:
             self._add_pod_address(sw, addr.ip, port.pod_mac, undo)
 
@@ -202,7 +233,15 @@ class VppDataplane:
         """Routes, neighbors, then the interface and link; what is missing is skipped."""
         self._unwire_vpp(pod, sw_if_index)
         failpoints.hit("del:vpp-unrouted")
-        self.mode.remove(pod, sw_if_index, wiring)
+        if self.pool is None:
+            self.mode.remove(pod, sw_if_index, wiring)
+            return
+        # Routeless, VPP sends it nothing from now on; the slow deletes go to the pool
+        # (podpool.py). Not admin down: VPP would set the veth down with it, and its own
+        # socket on the veth would fail (`af_packet_fd_error: Network is down`).
+        if sw_if_index is not None:
+            interfaces.set_tag(self.api, sw_if_index, names.RETIRED_TAG)
+        self.veth.retire(pod, sw_if_index, wiring, self.api.generation)
 
     def _unwire_vpp(self, pod: PodNetwork, sw_if_index: int | None) -> None:
         """The pod's routes and neighbors in VPP (only ours)."""
@@ -218,6 +257,13 @@ class VppDataplane:
                         neighbors.delete(self.api, sw, addr.ip, mac)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
+        if self.pool is None:
+            self._detach(pod, wiring)
+            return
+        with self.pool.request():  # the pool's loop leaves VPP to this DEL meanwhile
+            self._detach(pod, wiring)
+
+    def _detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
         # VPP away: nothing is removed, not even the veth, which a VPP that stopped answering
         # may still poll (veth_afpacket.py); the runtime retries the DEL.
         self._ensure()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agent.dataplane import UndoStack
+from agent.linux.netns import PodNetns
 from agent.model.pod import PodNetwork, Wiring
 
 
@@ -24,6 +25,8 @@ class Port:
     host_ifname: str  # veth host end, or the TAP's VPP name
     pod_mac: str
     vpp_mac: str
+    # VPP's interface is in the pod VRF, unnumbered, MTU set and up already (a pool's spare)
+    prepared: bool = False
 
 
 class WiringMode(Protocol):
@@ -32,8 +35,10 @@ class WiringMode(Protocol):
     def check_usable(self) -> None:
         """Raises DataplaneFailure when this node cannot use the mode (says what to change)."""
 
-    def create(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port:
-        """Creates the link and VPP's (tagged) interface; each step pushed on `undo`."""
+    def create(self, pod: PodNetwork, tag: str, undo: UndoStack,
+               netns: PodNetns | None = None) -> Port:
+        """Creates the link and VPP's (tagged) interface; each step pushed on `undo`. `netns`:
+        the pod's namespace when the ADD holds it open."""
         ...
 
     def adopt(self, pod: PodNetwork, tag: str, undo: UndoStack, wiring: Wiring) -> Port | None:

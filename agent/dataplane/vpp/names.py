@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
 
 from agent.model.pod import PodKey
 
@@ -18,6 +19,10 @@ POD_TAG_PREFIX = "vswitch-cni:"  # vswitch-cni:<container_id>:<ifname>
 BASE_TAG_PREFIX = "vswitch-cni/"  # the driver's own objects (gateway loopback, host link)
 GATEWAY_TAG = BASE_TAG_PREFIX + "pod-gateway"
 HOST_TAG = BASE_TAG_PREFIX + "host-interconnect"
+# veth + AF_PACKET pairs that belong to no pod (agent/dataplane/vpp/podpool): a ready spare,
+# and a deleted pod's pair waiting for its background delete. Never a pod tag's prefix.
+SPARE_TAG = BASE_TAG_PREFIX + "spare"
+RETIRED_TAG = BASE_TAG_PREFIX + "retired"
 TAG_MAX = 63  # sw_interface_tag_add_del.tag is a string[64], NUL included
 
 
@@ -51,6 +56,11 @@ def pod_mac(key: PodKey) -> str:
 def vpp_mac(key: PodKey) -> str:
     """The MAC of VPP's interface towards the pod (the pod's gateway MAC)."""
     return _mac(f"vpp\0{key.container_id}\0{key.ifname}")
+
+
+def random_mac() -> str:
+    """A fresh MAC (a spare's VPP interface: its pod is not known yet)."""
+    return _mac(f"random\0{os.urandom(8).hex()}")
 
 
 def base_mac(what: str) -> str:

@@ -73,6 +73,17 @@ class PodLinks:
         with self._lock:
             return next((n for n, a in self._table().items() if a == tag), None)
 
+    def assign(self, name: str, tag: str) -> None:
+        """Name `name` (ours) now belongs to `tag` (a spare handed to a pod, a pod's pair
+        retired); the link's alias is the caller's to set."""
+        with self._lock:
+            self._table()[name] = tag
+
+    def with_tag(self, tag: str) -> list[str]:
+        """The names held for `tag` (the pool's spares and retired pairs at start)."""
+        with self._lock:
+            return sorted(n for n, a in self._table().items() if a == tag)
+
     def delete(self, name: str) -> bool:
         """Deletes link `name` (False: there was none); its name is free again."""
         gone = netlink.delete_link(name)

@@ -13,6 +13,7 @@ from agent.dataplane import UndoStack
 from agent.dataplane.vpp import interfaces, names, tap
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.modes import Port
+from agent.linux.netns import PodNetns
 from agent.model.errors import DataplaneFailure
 from agent.model.pod import PodNetwork, Wiring
 
@@ -39,7 +40,8 @@ class TapV2:
         if not os.path.exists(self.vhost_net):
             raise DataplaneFailure(f"{self.vhost_net} does not exist", VHOST_HINT)
 
-    def create(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port:
+    def create(self, pod: PodNetwork, tag: str, undo: UndoStack,
+               netns: PodNetns | None = None) -> Port:
         if len(pod.netns) > tap.NETNS_MAX:
             raise DataplaneFailure(
                 f"CNI_NETNS {pod.netns!r} is longer than VPP's TAP host_namespace "

@@ -8,6 +8,10 @@ strings per interface name forever); the pod's record keeps it (`host_ifname`), 
 record the link is found by its alias, the pod's tag. Records of older agents name a
 `vsw<digest>` end (names.digest_host_ifname): found the same ways.
 
+With a pool (`VppPodPool` > 0, agent/dataplane/vpp/podpool) an ADD takes a ready spare when
+there is one and moves its waiting end into the pod, and a DEL hands the pair to the pool's
+background deletes (`retire`); without a spare the pair is made here as before.
+
 Removal order: VPP's AF_PACKET interface first, then the veth, and the veth only once VPP has
 no binding on it. A veth that goes first leaves VPP polling a socket whose device is gone (VPP
 26.06 logs `af_packet_fd_error: Network is down`, and under pod churn such sockets once made it
@@ -18,6 +22,7 @@ socket, so then the veth stays: the DEL fails with 11 and its retry removes both
 from __future__ import annotations
 
 import errno
+import os
 
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import afpacket, interfaces, names
@@ -25,9 +30,11 @@ from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.interfaces import set_tag
 from agent.dataplane.vpp.modes import Port
 from agent.dataplane.vpp.podlinks import PodLinks
+from agent.dataplane.vpp.podpool import PodPool, Spare, node_netns_fd
 from agent.infra import failpoints
-from agent.linux import ethtool, netlink
-from agent.model.errors import DataplaneFailure
+from agent.linux import ethtool, netlink, nlwrite
+from agent.linux.netns import PodNetns, describe, using
+from agent.model.errors import DataplaneFailure, InvalidEnvironment
 from agent.model.pod import PodNetwork, Wiring
 
 IF_ALREADY_EXISTS = -79  # VNET_API_ERROR_IF_ALREADY_EXISTS: VPP still has host-<name>
@@ -39,18 +46,23 @@ class VethAfPacket:
 
     def __init__(
         self, api: VppApi, mtu: int, rings: afpacket.RingOptions, links: PodLinks,
-        pod_tso4: bool = True,
+        pod_tso4: bool = True, pool: PodPool | None = None,
     ) -> None:
         self.api = api
         self.mtu = mtu
         self.rings = rings
         self.links = links
         self.pod_tso4 = pod_tso4
+        self.pool = pool
 
     def check_usable(self) -> None:
         """AF_PACKET needs nothing beyond a kernel with veth support."""
 
-    def create(self, pod: PodNetwork, tag: str, undo: UndoStack) -> Port:
+    def create(self, pod: PodNetwork, tag: str, undo: UndoStack,
+               netns: PodNetns | None = None) -> Port:
+        spare = self.pool.take(self.api.generation) if self.pool is not None else None
+        if spare is not None:
+            return self._from_spare(pod, tag, spare, undo, netns)
         pod_mac = names.pod_mac(pod.key)
         vpp_mac = names.vpp_mac(pod.key)
         host, sw_if_index = self._link_and_bind(pod, tag, pod_mac, vpp_mac)
@@ -59,6 +71,85 @@ class VethAfPacket:
         # Tagged first, so that even a half-wired interface is found again by its owner.
         set_tag(self.api, sw_if_index, tag)
         return Port(sw_if_index, host, pod_mac, vpp_mac)
+
+    def _from_spare(self, pod: PodNetwork, tag: str, spare: Spare, undo: UndoStack,
+                    netns: PodNetns | None) -> Port:
+        """The spare's waiting end moved into the pod and renamed there in one message, with
+        the pod's MAC and MTU; its host end and VPP's interface tagged with the pod's tag."""
+        assert self.pool is not None
+        undo.push(f"destroy spare {spare.host}", lambda: self._destroy(spare))
+        pod_mac = names.pod_mac(pod.key)
+        mtu = pod.mtu or self.mtu
+        self.links.assign(spare.host, tag)
+        with nlwrite.host_batch() as batch, using(pod.netns, netns) as held:
+            batch.set_link(spare.host, mtu=mtu if mtu != self.mtu else 0, alias=tag)
+            batch.move_link(spare.peer_index, held.fd, pod.key.ifname, pod_mac, mtu)
+            try:
+                batch.send()
+            except OSError as exc:
+                if getattr(exc, "what", "").startswith("moving") and exc.errno == errno.EEXIST:
+                    raise InvalidEnvironment(
+                        f"CNI_IFNAME {pod.key.ifname} already exists in CNI_NETNS {pod.netns}"
+                    ) from exc
+                raise DataplaneFailure(f"moving spare {spare.host}'s end into {pod.key}",
+                                       describe(exc)) from exc
+        set_tag(self.api, spare.sw_if_index, tag)
+        if not self.pod_tso4:
+            self._tso4_off(pod)
+        return Port(spare.sw_if_index, spare.host, pod_mac, spare.vpp_mac,
+                    prepared=mtu == self.mtu)
+
+    def _destroy(self, spare: Spare) -> None:
+        """A failed ADD's spare: VPP's interface, then the veth (wherever its end is)."""
+        try:
+            afpacket.delete(self.api, spare.host)
+        finally:
+            self.links.delete(spare.host)
+
+    def retire(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None,
+               generation: int) -> None:
+        """DEL with a pool: the pod's end back into the node's namespace under its waiting
+        name, the pair tagged retired and handed to the pool, which deletes VPP's interface
+        and then the veth in the background. VPP's interface is routeless already.
+        A pair of an older agent's name, or one whose end cannot be taken out of a living pod
+        namespace, is removed here as without a pool."""
+        host = self._host(pod, wiring)
+        if host is None:
+            return
+        peer = self.pool.peer_name(host) if self.pool is not None else None
+        if self.pool is None or peer is None or not self._take_back(pod, peer):
+            self.remove(pod, sw_if_index, wiring)
+            return
+        if not netlink.link_exists(host):  # gone with its pod namespace before the DEL
+            if sw_if_index is not None:
+                afpacket.delete(self.api, host)
+            self.links.delete(host)
+            return
+        with nlwrite.host_batch() as batch:
+            batch.set_link(host, alias=names.RETIRED_TAG)
+            nlwrite.send(batch, f"tagging {host} retired")
+        self.pool.retire(host, generation if sw_if_index is not None else -1)
+
+    @staticmethod
+    def _take_back(pod: PodNetwork, peer: str) -> bool:
+        """Moves the pod's end out of its namespace as `peer`; True when it is out or there
+        is nothing to move (no namespace, no such interface any more)."""
+        try:
+            held = PodNetns.open(pod.netns)
+        except InvalidEnvironment:  # the namespace is gone, and the veth with it
+            return True
+        node = node_netns_fd()
+        try:
+            with held, nlwrite.pod_batch(pod.netns, held) as batch:
+                seq = batch.get_link(pod.key.ifname)
+                index = batch.send()[seq].index
+                batch.move_link(index, node, peer)
+                batch.send()
+        except OSError as exc:
+            return exc.errno == errno.ENODEV
+        finally:
+            os.close(node)
+        return True
 
     def _link_and_bind(self, pod: PodNetwork, tag: str, pod_mac: str, vpp_mac: str
                        ) -> tuple[str, int]:
@@ -131,7 +222,7 @@ class VethAfPacket:
         host = self._host(pod, wiring)
         if host is None or not netlink.link_exists(host):
             return None
-        vpp_mac = names.vpp_mac(pod.key)
+        vpp_mac = wiring.gateway_mac or names.vpp_mac(pod.key)  # a spare's MAC was random
         if interfaces.by_name(self.api, afpacket.vpp_name(host)) is not None:
             # A binding left in place (a damaged pod, not a restart). Asked blindly, a VPP
             # without one logs a warning for every pod it restores.
@@ -139,7 +230,7 @@ class VethAfPacket:
         sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
         undo.push(f"delete af_packet {host}", lambda: afpacket.delete(self.api, host))
         set_tag(self.api, sw_if_index, tag)
-        return Port(sw_if_index, host, names.pod_mac(pod.key), vpp_mac)
+        return Port(sw_if_index, host, wiring.pod_mac or names.pod_mac(pod.key), vpp_mac)
 
     def vpp_names(self, pod: PodNetwork, wiring: Wiring | None) -> list[str] | None:
         host = self._host(pod, wiring)
