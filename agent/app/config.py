@@ -66,6 +66,7 @@ class AgentConfig:
     afpacket_frame_size: int = 2048 * 33
     afpacket_rx_frames: int = 20
     afpacket_tx_frames: int = 10
+    interface_rx_mode: str = ""
     nat_excluded_cidrs: tuple[str, ...] = ()
     nat_table: str = "vswitch-cni"
     vxlan_interface: str = "vxlan-vsw"
@@ -187,6 +188,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("AfPacketFrameSize", "afpacket_frame_size", parsers.frame_size),
         ("AfPacketRxFrames", "afpacket_rx_frames", parsers.int_range(2, 4096)),
         ("AfPacketTxFrames", "afpacket_tx_frames", parsers.int_range(2, 4096)),
+        ("InterfaceRxMode", "interface_rx_mode", parsers.rx_mode),
         ("NatExternalTraffic", "nat_external_traffic", parsers.boolean),
         ("NatExcludedCIDRs", "nat_excluded_cidrs", parsers.cidrs),
         ("NatTable", "nat_table", parsers.nft_name),
@@ -228,7 +230,6 @@ _CONTIV_UNIMPLEMENTED = {
         "STNVersion",
         "NodeConfig",
         "RoutingConfig",
-        "InterfaceRxMode",
         "TCPChecksumOffloadDisabled",
         "TCPstackDisabled",
         "EnableGSO",
