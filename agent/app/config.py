@@ -67,6 +67,7 @@ class AgentConfig:
     afpacket_rx_frames: int = 20
     afpacket_tx_frames: int = 10
     vpp_pod_pool: int = 4  # ready veth + AF_PACKET pairs (docs/vpp.md); 0: none
+    interface_rx_mode: str = ""
     nat_excluded_cidrs: tuple[str, ...] = ()
     nat_table: str = "vswitch-cni"
     vxlan_interface: str = "vxlan-vsw"
@@ -189,6 +190,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("AfPacketRxFrames", "afpacket_rx_frames", parsers.int_range(2, 4096)),
         ("AfPacketTxFrames", "afpacket_tx_frames", parsers.int_range(2, 4096)),
         ("VppPodPool", "vpp_pod_pool", parsers.int_range(0, 64)),
+        ("InterfaceRxMode", "interface_rx_mode", parsers.rx_mode),
         ("NatExternalTraffic", "nat_external_traffic", parsers.boolean),
         ("NatExcludedCIDRs", "nat_excluded_cidrs", parsers.cidrs),
         ("NatTable", "nat_table", parsers.nft_name),
@@ -230,7 +232,6 @@ _CONTIV_UNIMPLEMENTED = {
         "STNVersion",
         "NodeConfig",
         "RoutingConfig",
-        "InterfaceRxMode",
         "TCPChecksumOffloadDisabled",
         "TCPstackDisabled",
         "EnableGSO",

@@ -201,6 +201,13 @@ def dataplane(key: str, v: object) -> str:
     return str(v)
 
 
+def rx_mode(key: str, v: object) -> str:
+    if v not in ("", "polling", "interrupt", "adaptive"):
+        raise ConfigError(key, v, "must be 'polling', 'interrupt' or 'adaptive' (or empty: "
+                          "VPP's default-rx-mode)")
+    return str(v)
+
+
 def vxlan_owner(key: str, v: object) -> str:
     if v not in ("linux", "vpp"):
         raise ConfigError(key, v, "must be 'linux' or 'vpp'")

@@ -76,6 +76,7 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
             frame_size=cfg.afpacket_frame_size,
             rx_frames=cfg.afpacket_rx_frames,
             tx_frames=cfg.afpacket_tx_frames,
+            rx_mode=cfg.interface_rx_mode,
         ),
     )
 

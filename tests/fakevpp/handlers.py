@@ -96,6 +96,13 @@ class Handlers(L2Handlers, AclHandlers):
         itf.mtu = [m or cur for m, cur in zip(req.mtu, itf.mtu, strict=True)]
         return {}
 
+    def sw_interface_set_rx_mode(self, req: Any) -> Fields:
+        itf = self.s.get(req.sw_if_index)
+        if int(req.mode) not in (1, 2, 3):  # polling, interrupt, adaptive
+            raise VppError(E.INVALID_VALUE)
+        itf.rx_mode = int(req.mode)
+        return {}
+
     def feature_gso_enable_disable(self, req: Any) -> Fields:
         self.s.get(req.sw_if_index).gso = bool(req.enable_disable)
         return {}

@@ -68,6 +68,7 @@ class Interface:
     unnumbered_to: int | None = None
     addresses: list[ipaddress.IPv4Interface | ipaddress.IPv6Interface] = field(default_factory=list)
     host_if_name: str = ""  # af_packet: the kernel interface; tap: the host end's name
+    rx_mode: int = 2  # vl_api_rx_mode_t: the fake's VPP runs with default-rx-mode interrupt
     tap: dict[str, Any] = field(default_factory=dict)  # tap details (id, rings, namespace)
     afpacket: dict[str, int] = field(default_factory=dict)  # af_packet_create_v3's socket args
     ip6_enabled: bool = False

@@ -8,7 +8,10 @@ How the socket is set up decides whether TCP works and how fast (measured in doc
 - TPACKET_V2 by default: V3 retires a receive block only when it is full or after its 1 ms
   timeout, which adds up to 1 ms per hop at low packet rates;
 - qdisc bypass: VPP's transmits skip the veth's queueing discipline;
-- explicit ring sizes: VPP's defaults cost ~76 MiB of kernel memory per interface.
+- explicit ring sizes: VPP's defaults cost ~76 MiB of kernel memory per interface;
+- the receive mode (`InterfaceRxMode`), when set: interrupt (VPP sleeps until the socket has
+  frames: idle CPU, a wake-up per burst), polling (VPP's loop reads the ring every turn: the
+  lowest latency, a core kept busy) or adaptive (VPP switches between the two with the load).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ PAGE = 4096
 TPACKET_ALIGNMENT = 16
 V3_RX_BLOCKS = 160  # VPP's AF_PACKET_RX_BLOCK_NR
 GSO_FRAME = 2048 * 33  # VPP's own V2 frame: one 64 KiB GSO packet plus headers
+RX_MODES = {"polling": 1, "interrupt": 2, "adaptive": 3}  # vl_api_rx_mode_t
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,12 @@ class RingOptions:
     # Only for measuring the alternative (pods' offloads off, Contiv's TCPChecksumOffloadDisabled):
     # without it TCP and UDP through VPP break unless every pod computes its own checksums.
     checksum_offload: bool = True
+    rx_mode: str = ""  # InterfaceRxMode: a RX_MODES name; "": VPP's default-rx-mode
 
     def __post_init__(self) -> None:
+        if self.rx_mode and self.rx_mode not in RX_MODES:
+            raise InvalidConfig(f"InterfaceRxMode={self.rx_mode}: must be one of "
+                                f"{', '.join(RX_MODES)}")
         if self.version not in (2, 3):
             raise InvalidConfig(f"AfPacketVersion={self.version}: must be 2 or 3")
         if self.frame_size < 2048 or self.frame_size % TPACKET_ALIGNMENT:
@@ -88,7 +96,8 @@ def vpp_name(host_ifname: str) -> str:
 
 
 def create(api: VppApi, host_ifname: str, mac: str, rings: RingOptions) -> int:
-    """Binds VPP to `host_ifname`; the VPP interface gets `mac`. Returns its sw_if_index."""
+    """Binds VPP to `host_ifname`; the VPP interface gets `mac` (and `rings.rx_mode`). Returns
+    its sw_if_index; when VPP refuses the receive mode, the interface is deleted again."""
     reply = api.call(
         "af_packet_create_v3",
         mode=MODE_ETHERNET,
@@ -105,7 +114,20 @@ def create(api: VppApi, host_ifname: str, mac: str, rings: RingOptions) -> int:
         num_tx_queues=1,
         context=f"host interface {host_ifname}",
     )
-    return int(reply.sw_if_index)
+    index = int(reply.sw_if_index)
+    if rings.rx_mode:
+        try:
+            set_rx_mode(api, index, rings.rx_mode, f"host interface {host_ifname}")
+        except Exception:
+            delete(api, host_ifname)
+            raise
+    return index
+
+
+def set_rx_mode(api: VppApi, sw_if_index: int, mode: str, what: str) -> None:
+    """Every receive queue of the interface in `mode` (a RX_MODES name)."""
+    api.call("sw_interface_set_rx_mode", sw_if_index=sw_if_index, queue_id_valid=False,
+             queue_id=0, mode=RX_MODES[mode], context=f"{what}: InterfaceRxMode {mode}")
 
 
 def delete(api: VppApi, host_ifname: str) -> bool:
