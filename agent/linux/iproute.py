@@ -8,20 +8,21 @@ instead (agent/linux/nlwrite, agent/linux/nlread). Outside agent/linux nothing i
 (an import-linter contract in pyproject.toml): the dataplane gets a `Session` and calls these
 methods.
 
-A session is one pyroute2 `IPRoute` (which must stay in the thread that made it) in the calling
-thread's namespace (`Session.host`) or in a pod's (`Session.pod`: its socket made inside by
-agent/linux/netns; pyroute2's own `IPRoute(netns=...)` forks a helper process).
+A session is one pyroute2 `IPRoute` (which must stay in the thread that made it, and is made at
+the first request that needs it) in the calling thread's namespace (`Session.host`) or in a
+pod's (`Session.pod`: its socket made inside by agent/linux/netns; pyroute2's own
+`IPRoute(netns=...)` forks a helper process).
 Methods raise pyroute2's NetlinkError or OSError: callers wrap a block of them in
 agent.linux.netlink.translated, the one place they become our errors. A delete of something
 already gone returns False instead.
 
-Dumps (routes, neighbors, FDB) are read raw (agent/linux/nlread) on a socket of the session's
-namespace, not through pyroute2: pyroute2's parsed messages are reference cycles (each attribute
-slot points back at its message), so every message of a dump stays allocated until a full
-collection of the garbage collector finds it. The node mesh's prune dumps the node's whole route
-and neighbor tables every resync (30 s); through pyroute2 that was about 33,000 objects (a node
-with ~600 routes and ~230 neighbors) left for the cyclic collector each time, which raised
-Python's allocator arenas (and the agent's RSS) in the soak (docs/soak.md).
+Dumps (routes, neighbors, FDB) and link lookups are read raw (agent/linux/nlread) on a socket of
+the session's namespace, not through pyroute2: pyroute2's parsed messages are reference cycles,
+and a dump takes long enough for them to reach the collector's oldest generation, where they
+stay until a full collection. The node mesh's prune dumps the node's whole route and neighbor
+tables every resync (30 s); through pyroute2 that left ~33,000 objects each time (a node with
+~600 routes and ~230 neighbors), which grew Python's allocator arenas and the agent's RSS in the
+soak (docs/soak.md).
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def _ignore_gone(call: Any, *args: Any, **kwargs: Any) -> bool:
 
 
 class Session:
-    """Requests on one IPRoute, in its namespace, from the thread that made it; a context
-    manager that closes it."""
+    """Requests in one namespace, from the thread that made the session (pyroute2's `IPRoute`
+    for changes, raw reads for dumps); a context manager that closes it."""
 
     def __init__(self, netns_path: str | None = None) -> None:
         # pyroute2's session and the raw reader are made on first use, with sockets in the
