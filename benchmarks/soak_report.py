@@ -1,12 +1,13 @@
 """The soak's figures (benchmarks/soak): slopes per 1,000 cycles with a verdict, latency of the
 first window against the last, leak counts, log lines; rendered as BENCHMARKS.md's soak section.
 
-Flat or not: a least-squares line through the samples of the second half of the run (the first
-half holds the warm-up: allocator arenas, caches, the first pods' interpreter imports) gives the
-slope and its standard error. A figure is flat when its slope is within two standard errors of
-zero (no trend the samples can tell from their scatter), or when the change it predicts over the
-whole run is below the figure's resolution (one fd, one thread, 1 MiB of RSS, ...); otherwise it
-grows (or shrinks). The slope over the whole run is shown beside it.
+Flat or not (benchmarks/soak_trend): least-squares slopes over the first and the second half of
+the run, with standard errors widened for the samples' autocorrelation; the second half decides
+(the first holds the warm-up: allocator arenas, caches, the first pods' interpreter imports). A
+figure is flat when its second-half slope is within two standard errors of zero or the change it
+predicts over the whole run is below the figure's resolution (one fd, one thread, 1 MiB of RSS,
+...); it levels off when it still grows but clearly slower than in the first half; otherwise it
+grows (or shrinks). The slope over the whole run is shown beside them.
 
 The section sits between two markers in the markdown file: `write_section` replaces it (or
 appends it), `kept_section` hands it to benchmarks.run, which rewrites the rest of the file.
@@ -20,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.soak_trend import Trend, trend
 from testbed.vpplog import Attribution
 
 BEGIN = "<!-- soak: begin (written by python -m benchmarks.soak; benchmarks.run keeps it) -->"
@@ -128,44 +130,9 @@ class DataplaneRun:
         return not (self.failures or leaks or caused or self.vpp_silent or self.vpp_unanswered)
 
 
-@dataclass(frozen=True)
-class Slope:
-    per_1000: float  # second half
-    se_1000: float
-    whole_per_1000: float
-    first: float
-    last: float
-    verdict: str
-
-
-def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares slope of (x, y) and its standard error (0, 0 for too few points)."""
-    if len(points) < 3:
-        return 0.0, 0.0
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return 0.0, 0.0
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    residual = sum((y - my - slope * (x - mx)) ** 2 for x, y in points)
-    return slope, math.sqrt(residual / (len(points) - 2) / sxx)
-
-
-def slope(run: DataplaneRun, key: str, resolution: float) -> Slope | None:
-    points = [(float(w.cycle), w.values[key]) for w in run.windows if key in w.values]
-    if len(points) < 2:
-        return None
-    span = points[-1][0] - points[0][0]
-    late = [p for p in points if p[0] >= points[0][0] + span / 2]
-    s, se = fit(late if len(late) >= 4 else points)
-    whole, _ = fit(points)
-    change = abs(s) * span
-    if abs(s) <= 2 * se or change < resolution:
-        verdict = "flat"
-    else:
-        verdict = "**grows**" if s > 0 else "shrinks"
-    return Slope(s * 1000, se * 1000, whole * 1000, points[0][1], points[-1][1], verdict)
+def slope(run: DataplaneRun, key: str, resolution: float) -> Trend | None:
+    return trend([(float(w.cycle), w.values[key]) for w in run.windows if key in w.values],
+                 resolution)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -254,10 +221,14 @@ def render(header: dict[str, Any], runs: list[DataplaneRun]) -> str:
             "reaches a random older pod over TCP, and the Service stand-in (a DNAT on the node "
             "in a table of its own, pointed at another pod every cycle) answers it over TCP and "
             "UDP. Every window: a sample of everything below, and the new pod reaches every "
-            "live pod over TCP. Slopes per 1,000 cycles: least squares over the second half "
-            "of the samples (the first half holds the warm-up), ± two standard errors; "
-            "**flat** when the slope is within two standard errors of zero or predicts less "
-            "than the figure's resolution over the run (1 MiB of memory, 1 fd, 1 object). "
+            "live pod over TCP. Slopes per 1,000 cycles: least squares over the first and the "
+            "second half of the samples, ± two standard errors widened for the samples' "
+            "autocorrelation (a memory figure moves in steps that stay; "
+            "benchmarks/soak_trend.py); the second half decides, since the first holds the "
+            "warm-up: **flat** when its slope is within two standard errors of zero or predicts "
+            "less than the figure's resolution over the run (1 MiB of memory, 1 fd, 1 object); "
+            "**levels off** when it still grows, but slower than in the first half by more than "
+            "two standard errors of the difference. "
             "Leak counts: what is left of deleted pods with the live pods still up, and of "
             "all pods after the last DEL. Why the figures that grow grow, and how a day's run "
             "is made: [docs/soak.md](docs/soak.md).", ""]
@@ -280,15 +251,18 @@ def _run_section(run: DataplaneRun) -> list[str]:
                 f"control pings sent once a second for the whole run (slowest "
                 f"{run.vpp_slowest_ms:.0f} ms).", ""]
     out += [f"- {d}" for d in run.details[:10]]
-    out += ["", "| figure | first sample | last sample | slope / 1,000 cycles (2nd half) "
-            "| whole run | verdict |", "| --- | --- | --- | --- | --- | --- |"]
+    out += ["", "| figure | first sample | last sample | slope / 1,000 cycles: 1st half "
+            "| 2nd half | whole run | verdict |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for key, label, resolution, judged in FIGURES:
         s = slope(run, key, resolution)
         if s is not None:
-            verdict = s.verdict if judged else f"({s.verdict.strip('*')}: context)"
+            verdict = s.verdict if s.verdict == "flat" else f"**{s.verdict}**"
+            if not judged:
+                verdict = f"({s.verdict}: context)"
             out.append(f"| {label} | {_fmt(s.first)} | {_fmt(s.last)} | "
-                       f"{s.per_1000:+.2f} ± {2 * s.se_1000:.2f} | {s.whole_per_1000:+.2f} | "
-                       f"{verdict} |")
+                       f"{s.early * 1000:+.2f} ± {2 * s.early_se * 1000:.2f} | "
+                       f"{s.late * 1000:+.2f} ± {2 * s.late_se * 1000:.2f} | "
+                       f"{s.whole * 1000:+.2f} | {verdict} |")
     full = [w for w in run.windows if len(w.add_ms) >= max(1, run.window // 2)]
     loads = (f" (load {full[0].load1.split()[0]} then {full[-1].load1.split()[0]})"
              if len(full) >= 2 else "")

@@ -8,12 +8,21 @@ instead (agent/linux/nlwrite, agent/linux/nlread). Outside agent/linux nothing i
 (an import-linter contract in pyproject.toml): the dataplane gets a `Session` and calls these
 methods.
 
-A session is one pyroute2 `IPRoute` (which must stay in the thread that made it) in the calling
-thread's namespace (`Session.host`) or in a pod's (`Session.pod`: its socket made inside by
-agent/linux/netns; pyroute2's own `IPRoute(netns=...)` forks a helper process).
+A session is one pyroute2 `IPRoute` (which must stay in the thread that made it, and is made at
+the first request that needs it) in the calling thread's namespace (`Session.host`) or in a
+pod's (`Session.pod`: its socket made inside by agent/linux/netns; pyroute2's own
+`IPRoute(netns=...)` forks a helper process).
 Methods raise pyroute2's NetlinkError or OSError: callers wrap a block of them in
 agent.linux.netlink.translated, the one place they become our errors. A delete of something
 already gone returns False instead.
+
+Dumps (routes, neighbors, FDB) and link lookups are read raw (agent/linux/nlread) on a socket of
+the session's namespace, not through pyroute2: pyroute2's parsed messages are reference cycles,
+and a dump takes long enough for them to reach the collector's oldest generation, where they
+stay until a full collection. The node mesh's prune dumps the node's whole route and neighbor
+tables every resync (30 s); through pyroute2 that left ~33,000 objects each time (a node with
+~600 routes and ~230 neighbors), which grew Python's allocator arenas and the agent's RSS in the
+soak (docs/soak.md).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from typing import Any
 from pyroute2 import IPRoute, NetlinkError
 
 from agent.linux import nlcodec as nl
+from agent.linux import nlread
 from agent.linux.netns import PodNetns
 from agent.model.pod import IPInterface
 
@@ -93,33 +103,58 @@ def _ignore_gone(call: Any, *args: Any, **kwargs: Any) -> bool:
 
 
 class Session:
-    """Requests on one IPRoute, in its namespace, from the thread that made it; a context
-    manager that closes it."""
+    """Requests in one namespace, from the thread that made the session (pyroute2's `IPRoute`
+    for changes, raw reads for dumps); a context manager that closes it."""
 
-    def __init__(self, ipr: IPRoute, sock: socket.socket | None = None) -> None:
-        self.ipr = ipr
-        self._sock = sock  # the socket made inside a pod namespace, closed with the session
+    def __init__(self, netns_path: str | None = None) -> None:
+        # pyroute2's session and the raw reader are made on first use, with sockets in the
+        # session's namespace: a session that only reads (a prune with nothing to remove) never
+        # builds an IPRoute, itself a few reference cycles.
+        self._netns_path = netns_path  # None: the calling thread's namespace
+        self._ipr: IPRoute | None = None
+        self._sock: socket.socket | None = None  # pyroute2's socket in a pod namespace
+        self._reader: nlread.Reader | None = None
 
     @classmethod
     def host(cls) -> Session:
         """A session in the calling thread's namespace (the node's)."""
-        return cls(IPRoute())
+        return cls()
 
     @classmethod
     def pod(cls, netns_path: str) -> Session:
-        """A session inside the pod namespace at `netns_path`."""
-        with PodNetns.open(netns_path) as netns:
-            sock = netns.socket(socket.AF_NETLINK, socket.SOCK_DGRAM)
-        try:
-            return cls(IPRoute(use_socket=sock), sock)
-        except BaseException:
-            sock.close()
-            raise
+        """A session inside the pod namespace at `netns_path` (opened here: a missing one
+        raises now, not at the first request)."""
+        session = cls(netns_path)
+        session._sock = _pod_socket(netns_path)
+        return session
+
+    @property
+    def ipr(self) -> IPRoute:
+        """The pyroute2 session, made on first use (it must stay in the thread that made it)."""
+        if self._ipr is None:
+            if self._netns_path is None:
+                self._ipr = IPRoute()
+            else:
+                if self._sock is None:
+                    self._sock = _pod_socket(self._netns_path)
+                self._ipr = IPRoute(use_socket=self._sock)
+        return self._ipr
 
     def close(self) -> None:
-        self.ipr.close()
-        if self._sock is not None:
-            self._sock.close()
+        if self._ipr is not None:
+            self._ipr.close()
+            self._ipr = None
+        for sock in (self._sock, self._reader.sock if self._reader else None):
+            if sock is not None:
+                sock.close()
+        self._sock = self._reader = None
+
+    def _read(self) -> nlread.Reader:
+        """The raw reader of the dumps (module docstring: why not pyroute2)."""
+        if self._reader is None:
+            self._reader = nlread.Reader(_host_socket() if self._netns_path is None
+                                         else _pod_socket(self._netns_path))
+        return self._reader
 
     def __enter__(self) -> Session:
         return self
@@ -131,8 +166,8 @@ class Session:
 
     def ifindex(self, name: str) -> int | None:
         """The index of link `name`, or None when there is no such link."""
-        found = self.ipr.link_lookup(ifname=name)
-        return int(found[0]) if found else None
+        link = self._read().link(name)
+        return None if link is None else link.index
 
     def link(self, index: int) -> LinkState:
         msg = self.ipr.link("get", index=index)[0]
@@ -229,9 +264,10 @@ class Session:
         return _ignore_gone(self.ipr.neigh, "del", ifindex=index, dst=ip, family=_family(ip))
 
     def neighbors(self) -> list[NeighborEntry]:
-        return [NeighborEntry(n["family"], n["ifindex"], str(n.get_attr("NDA_DST")),
-                              str(n.get_attr("NDA_LLADDR")), n["state"])
-                for n in self.ipr.neigh("dump")]
+        """The IPv4 and IPv6 neighbors of every link (no bridge FDB entries)."""
+        return [NeighborEntry(int(family), n.index, str(n.dst), str(n.lladdr), n.state)
+                for family in (socket.AF_INET, socket.AF_INET6)
+                for n in self._read().neighbors(family)]
 
     def replace_fdb(self, index: int, mac: str, dst: str) -> None:
         """A permanent FDB entry on the device itself (NTF_SELF): `mac` is behind `dst`."""
@@ -243,9 +279,9 @@ class Session:
 
     def fdb(self, index: int) -> list[FdbEntry]:
         """The FDB entries of device `index` that have a destination."""
-        return [FdbEntry(index, str(e.get_attr("NDA_LLADDR")), str(e.get_attr("NDA_DST")))
-                for e in self.ipr.fdb("dump", ifindex=index)
-                if e.get_attr("NDA_DST") is not None and e["ifindex"] == index]
+        return [FdbEntry(index, str(e.lladdr), str(e.dst))
+                for e in self._read().neighbors(socket.AF_BRIDGE)
+                if e.dst is not None and e.index == index]
 
     # ---- routes -------------------------------------------------------------------------
 
@@ -270,9 +306,18 @@ class Session:
 
     def routes(self, family: int, proto: int) -> list[RouteEntry]:
         """The routes of `family` with protocol number `proto`."""
-        return [RouteEntry(f"{r.get_attr('RTA_DST')}/{r['dst_len']}", r.get_attr("RTA_GATEWAY"),
-                           r.get_attr("RTA_OIF"))
-                for r in self.ipr.route("dump", family=family, proto=proto)]
+        return [RouteEntry(f"{r.dst}/{r.dst_len}",
+                           None if r.gateway is None else str(r.gateway), r.oif)
+                for r in self._read().routes(family) if r.protocol == proto]
+
+
+def _host_socket() -> socket.socket:
+    return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+
+
+def _pod_socket(netns_path: str) -> socket.socket:
+    with PodNetns.open(netns_path) as netns:
+        return netns.socket(socket.AF_NETLINK, socket.SOCK_DGRAM)
 
 
 @contextmanager

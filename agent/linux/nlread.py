@@ -61,6 +61,7 @@ class Route:
     oif: int | None
     priority: int
     kind: int  # rtm_type: RTN_UNICAST 1, RTN_LOCAL 2, RTN_BLACKHOLE 6, ...
+    protocol: int = 0  # rtm_protocol: who made it (RTPROT_KERNEL 2, RTPROT_BOOT 3, ours, ...)
 
 
 class Reader:
@@ -171,7 +172,7 @@ class Reader:
 
 
 def _route(message: bytes, offset: int) -> Route:
-    _, dst_len, _, _, table, _, _, kind, _ = nl.RTMSG.unpack_from(message, offset)
+    _, dst_len, _, _, table, protocol, _, kind, _ = nl.RTMSG.unpack_from(message, offset)
     attrs = nl.attrs(message, offset + nl.RTMSG.size, len(message))
     return Route(
         table=nl.u32_of(attrs.get(nl.RTA_TABLE)) or table,
@@ -181,6 +182,7 @@ def _route(message: bytes, offset: int) -> Route:
         oif=nl.u32_of(attrs.get(nl.RTA_OIF)),
         priority=nl.u32_of(attrs.get(nl.RTA_PRIORITY)) or 0,
         kind=kind,
+        protocol=protocol,
     )
 
 

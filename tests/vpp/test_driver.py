@@ -114,8 +114,8 @@ def test_tap_attach_detach(
     assert dp.check(p, wiring) == []
     dp.detach(p, wiring)
     assert fake.snapshot() == base
-    with iproute.pod_ns(pod_ns) as ipr:
-        assert iproute.Session(ipr).ifindex("eth0") is None
+    with iproute.Session.pod(pod_ns) as links:
+        assert links.ifindex("eth0") is None
 
 
 def test_tap_without_vhost_net_is_refused_up_front(

@@ -62,8 +62,8 @@ def test_reconcile_keeps_live_pods_and_removes_orphans(
 
 
 def _pod_ifindex(netns: str, ifname: str = "eth0") -> int | None:
-    with iproute.pod_ns(netns) as ipr:
-        return iproute.Session(ipr).ifindex(ifname)
+    with iproute.Session.pod(netns) as links:
+        return links.ifindex(ifname)
 
 
 def test_vpp_restart_under_live_pods_repairs_them_without_an_agent_restart(
