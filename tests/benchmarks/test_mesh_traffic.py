@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.mesh_traffic import SETUPS, run_setup, short
+from benchmarks.mesh_traffic import SETUPS, parse, run_setup, short
 from benchmarks.mesh_traffic_report import BASELINE, BEGIN, END, QUICK, ROWS, SetupResult, render
 from testbed.tools import REPO
 
@@ -110,4 +110,11 @@ def test_short_keeps_the_agents_reason_and_the_setups_table_is_sound() -> None:
     assert all(config["Dataplane"] == ("vpp" if "vpp" in name else "kernel")
                for name, config in SETUPS)
     owners = {name: config.get("VXLANOwner") for name, config in SETUPS}
-    assert owners == {"kernel": None, "vpp-vxlan-in-vpp": "vpp", "vpp-vxlan-in-linux": "linux"}
+    assert owners == {"kernel": None, "vpp-vxlan-in-vpp": "vpp", "vpp-vxlan-in-linux": "linux",
+                      "vpp-polling": "linux"}
+    assert dict(SETUPS)["vpp-polling"]["InterfaceRxMode"] == "polling"
+    # the default run is the three mesh setups; polling only when asked for
+    assert parse(["--quick", "--out", "/tmp/x.md"]).setup == [
+        "kernel", "vpp-vxlan-in-vpp", "vpp-vxlan-in-linux"]
+    assert parse(["--quick", "--out", "/tmp/x.md", "--setup", "vpp-polling",
+                  "--setup", "kernel"]).setup == ["kernel", "vpp-polling"]
