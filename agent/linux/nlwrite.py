@@ -268,15 +268,20 @@ def add_veth(
                          replace)
     except OSError as exc:
         raise _veth_add_error(exc, host_ifname, pod_netns.path, pod_ifname) from exc
+    _no_dad_or_delete(host_ifname, f"setting up veth host end {host_ifname}")
+    return link.index, link.mac
+
+
+def _no_dad_or_delete(host_ifname: str, what: str) -> None:
+    """IPv6 DAD off on a new host end; on any failure the new pair is deleted again."""
     try:
         _no_dad(host_ifname)
     except OSError as exc:
         delete_link(host_ifname)
-        raise DataplaneFailure(f"setting up veth host end {host_ifname}", describe(exc)) from exc
+        raise DataplaneFailure(what, describe(exc)) from exc
     except BaseException:
         delete_link(host_ifname)
         raise
-    return link.index, link.mac
 
 
 def _add_pair(
@@ -325,13 +330,10 @@ def add_local_pair(host_ifname: str, peer_ifname: str, mtu: int, alias: str) -> 
         try:
             batch.set_link(index=links[host_seq].index, alias=alias)
             send(batch, f"tagging veth {host_ifname}")
-            _no_dad(host_ifname)
-        except OSError as exc:
-            delete_link(host_ifname)
-            raise DataplaneFailure(f"setting up veth {host_ifname}", describe(exc)) from exc
         except BaseException:
             delete_link(host_ifname)
             raise
+    _no_dad_or_delete(host_ifname, f"setting up veth {host_ifname}")
     return links[host_seq].index, links[peer_seq].index
 
 
