@@ -30,12 +30,6 @@ Points = list[tuple[float, float]]  # (cycle, value)
 MAX_R = 0.9  # the autocorrelation used at most (the widening then is sqrt(19), ~4.4x)
 
 
-def fit(points: Points) -> tuple[float, float]:
-    """Least-squares slope of (x, y) and its plain standard error (0, 0 for too few points)."""
-    slope, se, _ = fit_widened(points, widen=False)
-    return slope, se
-
-
 def lag1(residuals: list[float]) -> float:
     """The lag-1 autocorrelation of `residuals` (0 when they are all 0)."""
     total = sum(r * r for r in residuals)

@@ -106,11 +106,11 @@ class Session:
     """Requests in one namespace, from the thread that made the session (pyroute2's `IPRoute`
     for changes, raw reads for dumps); a context manager that closes it."""
 
-    def __init__(self, netns_path: str | None = None) -> None:
+    def __init__(self, netns: PodNetns | None = None) -> None:
         # pyroute2's session and the raw reader are made on first use, with sockets in the
         # session's namespace: a session that only reads (a prune with nothing to remove) never
         # builds an IPRoute, itself a few reference cycles.
-        self._netns_path = netns_path  # None: the calling thread's namespace
+        self._netns = netns  # a pod's namespace, held open with the session; None: the caller's
         self._ipr: IPRoute | None = None
         self._sock: socket.socket | None = None  # pyroute2's socket in a pod namespace
         self._reader: nlread.Reader | None = None
@@ -122,21 +122,18 @@ class Session:
 
     @classmethod
     def pod(cls, netns_path: str) -> Session:
-        """A session inside the pod namespace at `netns_path` (opened here: a missing one
+        """A session inside the pod namespace at `netns_path` (opened here, once: a missing one
         raises now, not at the first request)."""
-        session = cls(netns_path)
-        session._sock = _pod_socket(netns_path)
-        return session
+        return cls(PodNetns.open(netns_path))
 
     @property
     def ipr(self) -> IPRoute:
         """The pyroute2 session, made on first use (it must stay in the thread that made it)."""
         if self._ipr is None:
-            if self._netns_path is None:
+            if self._netns is None:
                 self._ipr = IPRoute()
             else:
-                if self._sock is None:
-                    self._sock = _pod_socket(self._netns_path)
+                self._sock = self._netns.socket(socket.AF_NETLINK, socket.SOCK_DGRAM)
                 self._ipr = IPRoute(use_socket=self._sock)
         return self._ipr
 
@@ -144,16 +141,20 @@ class Session:
         if self._ipr is not None:
             self._ipr.close()
             self._ipr = None
-        for sock in (self._sock, self._reader.sock if self._reader else None):
-            if sock is not None:
-                sock.close()
-        self._sock = self._reader = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._netns is not None:
+            self._netns.close()  # and the reader's socket, the namespace's route socket
+        elif self._reader is not None:
+            self._reader.sock.close()
+        self._reader = None
 
     def _read(self) -> nlread.Reader:
         """The raw reader of the dumps (module docstring: why not pyroute2)."""
         if self._reader is None:
-            self._reader = nlread.Reader(_host_socket() if self._netns_path is None
-                                         else _pod_socket(self._netns_path))
+            self._reader = nlread.Reader(_host_socket() if self._netns is None
+                                         else self._netns.route_socket())
         return self._reader
 
     def __enter__(self) -> Session:
@@ -314,10 +315,6 @@ class Session:
 def _host_socket() -> socket.socket:
     return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
 
-
-def _pod_socket(netns_path: str) -> socket.socket:
-    with PodNetns.open(netns_path) as netns:
-        return netns.socket(socket.AF_NETLINK, socket.SOCK_DGRAM)
 
 
 @contextmanager

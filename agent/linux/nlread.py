@@ -103,9 +103,6 @@ class Reader:
 
     def dump(self, kind: int, body: bytes) -> list[Message]:
         """Every answer of a dump request (read again when the kernel marks it interrupted)."""
-        return self._dump(kind, body)
-
-    def _dump(self, kind: int, body: bytes) -> list[Message]:
         for _ in range(_DUMP_TRIES):
             found, interrupted = self._request(kind, nl.NLM_F_DUMP, body)
             if not interrupted:
@@ -134,12 +131,12 @@ class Reader:
 
     def links(self) -> list[Link]:
         body = nl.IFINFOMSG.pack(0, 0, 0, 0, 0)
-        return [_link(m, o) for t, m, o in self._dump(nl.RTM_GETLINK, body)
+        return [_link(m, o) for t, m, o in self.dump(nl.RTM_GETLINK, body)
                 if t == nl.RTM_NEWLINK]
 
     def addresses(self) -> list[Address]:
         out = []
-        for t, m, o in self._dump(nl.RTM_GETADDR, nl.IFADDRMSG.pack(0, 0, 0, 0, 0)):
+        for t, m, o in self.dump(nl.RTM_GETADDR, nl.IFADDRMSG.pack(0, 0, 0, 0, 0)):
             _, plen, _, _, index = nl.IFADDRMSG.unpack_from(m, o)
             ip = nl.ip_of(nl.attrs(m, o + nl.IFADDRMSG.size, len(m)).get(nl.IFA_ADDRESS))
             if t == nl.RTM_NEWADDR and ip is not None:
@@ -148,7 +145,7 @@ class Reader:
 
     def neighbors(self, family: int) -> list[Neighbor]:
         out = []
-        for t, m, o in self._dump(nl.RTM_GETNEIGH, nl.NDMSG.pack(family, 0, 0, 0, 0)):
+        for t, m, o in self.dump(nl.RTM_GETNEIGH, nl.NDMSG.pack(family, 0, 0, 0, 0)):
             _, index, state, _, _ = nl.NDMSG.unpack_from(m, o)
             attrs = nl.attrs(m, o + nl.NDMSG.size, len(m))
             lladdr = attrs.get(nl.NDA_LLADDR)
@@ -163,7 +160,7 @@ class Reader:
         compat = (table, nl.RT_TABLE_COMPAT)
         found = [
             _route(m, o)
-            for t, m, o in self._dump(nl.RTM_GETROUTE, body)
+            for t, m, o in self.dump(nl.RTM_GETROUTE, body)
             # rtm_table is the table unless the ID needs more than 8 bits (then RTA_TABLE):
             # others are skipped before their attributes are read
             if t == nl.RTM_NEWROUTE and (table is None or m[o + 4] in compat)

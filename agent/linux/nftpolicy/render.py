@@ -253,12 +253,16 @@ def base(table: str) -> list[Cmd]:
     return cmds + _base_rules(table)
 
 
-def _chain_cmds(table: str, name: str, body: list[Expr], exists: bool = False) -> list[Cmd]:
-    """A chain's rules replaced (flush + add: atomic in the transaction). `exists`: the chain
-    is known to be there, so no `add chain` (it costs libnftables a read of every chain)."""
+def _chain_cmds(table: str, name: str, body: list[Expr], now: Installed | None = None
+                ) -> list[Cmd]:
+    """A chain's rules replaced (flush + add: atomic in the transaction). With `now` (what is
+    installed): nothing when the chain holds `body` already, and no `add chain` when it exists
+    (that costs libnftables a read of every chain)."""
+    if now is not None and name in now.chains and now.bodies.get(name) == body:
+        return []
     chain = _obj(table, name)
     cmds: list[Cmd] = [{"flush": {"chain": chain}}]
-    if not exists:
+    if now is None or name not in now.chains:
         cmds.insert(0, {"add": {"chain": chain}})
     for expr in body:
         cmds.append({"add": {"rule": {"family": "inet", "table": table, "chain": name,
@@ -324,8 +328,7 @@ def changes(table: str, now: Installed, new: Rendered, *, with_base: bool = True
     cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
              for n, c in sorted(new.counters.items()) if n not in now.counters]
     for name, body in sorted(new.chains.items()):
-        if name not in now.chains or now.bodies.get(name) != body:
-            cmds += _chain_cmds(table, name, body, exists=name in now.chains)
+        cmds += _chain_cmds(table, name, body, now)
     stale = {e: c for e, c in now.elements.items() if new.elements.get(e) != c}
     cmds += _element_cmds("delete", table, stale.items(), now.policed - new.policed)
     fresh = {e: c for e, c in new.elements.items() if now.elements.get(e) != c}
@@ -356,8 +359,7 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
     cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
              for n, c in sorted(new.counters.items())]
     for name, body in sorted(new.chains.items()):
-        if name not in now.chains or now.bodies.get(name) != body:
-            cmds += _chain_cmds(table, name, body, exists=name in now.chains)
+        cmds += _chain_cmds(table, name, body, now)
     cmds += _element_cmds("add", table, new.elements.items(), new.policed - now.policed)
     cmds += [{"delete": {"counter": _obj(table, n)}}
              for n in sorted(mine_counters - set(new.counters))]

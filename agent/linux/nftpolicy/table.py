@@ -213,8 +213,9 @@ class NftPolicy:
         """The retired counts once the allow counters `names` are deleted (their last
         values added, per policy); kept when the transaction that deletes them succeeds."""
         retired = dict(self._retired)
+        meaning = meanings(self._pods) if names else {}
         for name in names:
-            policy = meanings(self._pods).get(name)
+            policy = meaning.get(name)
             if isinstance(policy, str) and name in values:
                 retired[policy] = retired.get(policy, Count(0, 0)) + values[name]
         return retired

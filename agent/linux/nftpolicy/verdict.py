@@ -10,11 +10,12 @@ hold the other end and whose ports hold the destination port (None: all traffic)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from agent.linux.nftpolicy.render import PodRules
 from policy import DirectionRules, PodKey, PortRange, Rule
+from policy.addresses import AddressSet, issubset, of_addresses, of_network, union
 from policy.model import IPAddress, IPNetwork
 
 PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
@@ -62,17 +63,9 @@ def allowed(by_address: Mapping[IPAddress, PodRules], flow: Flow) -> bool:
     return _allows(dst.policy.ingress, dst, flow.src, flow)
 
 
-def _within(item: IPAddress | IPNetwork, nets: tuple[IPAddress | IPNetwork, ...]) -> bool:
-    """Is every address of `item` one of `nets`' (an address or a network each)?"""
-    for net in nets:
-        if isinstance(net, IPNetwork):
-            if item in net if isinstance(item, IPAddress) else \
-                    item.version == net.version and item.subnet_of(net):  # type: ignore[arg-type]
-                return True
-        elif item == net or (isinstance(item, IPNetwork) and item.num_addresses == 1
-                             and item.network_address == net):
-            return True
-    return False
+def _addresses(items: Iterable[IPAddress | IPNetwork]) -> AddressSet:
+    return union(of_network(i) if isinstance(i, IPNetwork) else of_addresses((i,))
+                 for i in items)
 
 
 def _port_within(port: PortRange, ports: tuple[PortRange, ...]) -> bool:
@@ -82,7 +75,8 @@ def _port_within(port: PortRange, ports: tuple[PortRange, ...]) -> bool:
 
 def _rule_within(rule: Rule, rules: tuple[Rule, ...]) -> bool:
     """Does one of `rules` allow every peer and port `rule` allows?"""
-    return any(all(_within(peer, other.peers) for peer in rule.peers)
+    peers = _addresses(rule.peers)
+    return any(issubset(peers, _addresses(other.peers))
                and (other.ports is None or (rule.ports is not None and all(
                    _port_within(port, other.ports) for port in rule.ports)))
                for other in rules)
@@ -94,7 +88,7 @@ def widens(old: PodRules, new: PodRules) -> bool:
     (a rule covered only by several new rules together)."""
     if set(old.addresses) != set(new.addresses) or \
             not set(old.policy.node_addresses) <= set(new.policy.node_addresses) or \
-            not all(_within(j, new.judged) for j in old.judged):
+            not issubset(_addresses(old.judged), _addresses(new.judged)):
         return False
     for before, after in ((old.policy.ingress, new.policy.ingress),
                           (old.policy.egress, new.policy.egress)):
