@@ -16,7 +16,7 @@ from agent.app.agent import WORKER_PREFIX, Agent, StartupError
 from agent.app.config import AgentConfig, ConfigError, check_etcd_tls, load, preflight
 from agent.app.node_commands import node_command
 from agent.app.teardown import teardown
-from agent.infra import logs, malloc
+from agent.infra import logs
 from agent.model.errors import CniError
 
 log = logging.getLogger("vswitch-agent")
@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="operator command: node remove NAME [--force] | node list")
     args = parser.parse_args(argv)
     logs.setup(args.log_level, args.log_format)
-    malloc.pin_mmap_threshold()  # a long-running process: keep no arena room for old bursts
     if args.command:  # an operator command: the config names etcd, nothing starts
         if args.command[0] != "node":
             parser.error(f"unknown command {args.command[0]!r} (commands: node)")

@@ -8,5 +8,4 @@
     listwatch.py   a cached list + watch with relist and diff, for any source (etcd, Kubernetes)
     watchstream.py what such a source gives: listings, events, watch streams and their ends
     health.py      probes: a yes/no condition checked in the background, read without waiting
-    malloc.py      glibc's mmap threshold pinned, so freed large blocks go back to the system
 """
