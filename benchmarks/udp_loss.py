@@ -2,7 +2,8 @@
 passes, read before and after one iperf3 UDP run, and what changed, place by place.
 
     python -m benchmarks.udp_loss [--setup NAME ...] [--runs N] [--seconds S] [--rate 1G]
-                                  [--json FILE]
+                                  [--json FILE] [--affinity C[,S]] [--vpp-cpus LIST]
+                                  [--vpp-sched fifo:N|nice:N]
 
 The cluster is benchmarks/mesh_traffic's (two nodes, pods a and b on node-1, c on node-2, one
 real VPP per node namespace for VPP setups; SETUPS are its setups). Per run and path (a -> b on
@@ -14,13 +15,18 @@ in the order a datagram meets them:
   the AF_PACKET sockets' own statistics (PACKET_STATISTICS: frames the kernel offered the
   receive ring and those it dropped because the ring was full; read from VPP's socket through
   pidfd_getfd, which resets them: VPP itself never reads them), `show interface` (rx, tx,
-  drops, tx-error, rx-miss) and `show errors` (which graph node dropped what: `tx ring
-  overrun`, `tx frame not ready`, ...);
+  drops, tx-error, rx-miss), `show errors` (which graph node dropped what: `tx ring
+  overrun`, `tx frame not ready`, ...), `show runtime` (datagrams per call of the input and
+  transmit nodes) and its main thread's schedstat and context switches (time on a CPU, time
+  runnable but waiting for one, sleeps);
 - the receiving pod: its eth0, `Udp` (InDatagrams, RcvbufErrors, InErrors);
 - the machine: /proc/net/softnet_stat (backlog drops, squeezes; all CPUs, all namespaces).
 
 Read-only apart from that reset; traffic stays in the namespaces the cluster creates, and
-everything it starts is removed again.
+everything it starts is removed again. Three experiments change who gets a CPU, never the agent:
+`--affinity` pins iperf3 (its -A), `--vpp-cpus` widens the node VPPs' CPU affinity, and
+`--vpp-sched` runs their main threads under SCHED_FIFO (what VPP's `cpu { scheduler-policy }`
+sets) or another nice value. docs/vpp.md ("Where UDP is lost through VPP") has what it found.
 """
 
 from __future__ import annotations

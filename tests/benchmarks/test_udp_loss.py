@@ -3,8 +3,9 @@ VPP 26.06 and Linux print, and its reading of an AF_PACKET socket's ring statist
 another process's descriptor. No VPP needed; nothing timed.
 
 Test plan:
-- `show interface`, `show errors`, `show runtime`, /proc/net/snmp, `ip -s -j link` and
-  softnet_stat become flat counters named by place; `delta` keeps only what moved.
+- `show interface`, `show errors`, `show runtime`, /proc/net/snmp, `ip -s -j link`,
+  softnet_stat and a thread's schedstat and context switches become flat counters named by
+  place; `delta` keeps only what moved.
 - `ring_counters(pid)` reads a child's AF_PACKET socket with a two-frame receive ring that
   nobody reads: frames offered and dropped, and the read resets them (as PACKET_STATISTICS
   does); the child's own descriptor stays open.
@@ -22,6 +23,7 @@ import pytest
 from benchmarks.udp_loss import (
     delta,
     parse_links,
+    parse_process,
     parse_show_errors,
     parse_show_interface,
     parse_show_runtime,
@@ -88,6 +90,11 @@ def test_linux_counters_and_what_moved() -> None:
                                   "eth0 tx packets": 7, "eth0 tx dropped": 0}
     assert parse_softnet("0000000a 00000002 00000001\n00000001 00000000 00000003\n") == {
         "backlog dropped": 2, "time squeeze": 4}
+    assert parse_process("1234000000 456000000 7\n",
+                         "Name:\tvpp_main\nvoluntary_ctxt_switches:\t5\n"
+                         "nonvoluntary_ctxt_switches:\t2\n") == {
+        "ms on cpu": 1234, "ms waiting for a cpu": 456, "voluntary ctxt switches": 5,
+        "nonvoluntary ctxt switches": 2}
     assert delta({"a": 1, "b": 2}, {"a": 1, "b": 5, "c": 3}) == {"b": 3, "c": 3}
 
 
