@@ -42,6 +42,7 @@ from benchmarks import (
     scale_add,
     soak_report,
     traffic,
+    vpp_livelock,
 )
 from benchmarks.harness import (
     REPO,
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = soak_report.kept_section(out) + "".join(
         soak_report.kept_section(out, m.BEGIN, m.END)
         for m in (mesh_traffic_report, policy_kernel, policy_compile, policy_enforce_report,
-                  add_path))
+                  add_path, vpp_livelock))
     out.write_text(render(results) + (f"\n{kept}" if kept else ""))
     log(f"wrote {out} ({results.wall_s:.0f} s)")
     print(out)

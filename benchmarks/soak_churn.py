@@ -78,11 +78,12 @@ class Churn:
                 raise RuntimeError(f"ADD failed while filling the node: {self.result.details}")
         self.service.point_to(self.live[-1].address, TCP_PORT, UDP_PORT)
         self._adds.clear()
-        self._sample(0)
         self._started = time.monotonic()
+        self._sample(0)
         deadline = self._started + self.s.minutes * 60
         cycle = 0
-        while time.monotonic() < deadline and (not self.s.cycles or cycle < self.s.cycles):
+        while (not self._vpp_gone(cycle) and time.monotonic() < deadline
+               and (not self.s.cycles or cycle < self.s.cycles)):
             cycle += 1
             failed = self._cycle()
             self._failing_in_a_row = self._failing_in_a_row + 1 if failed else 0
@@ -96,14 +97,30 @@ class Churn:
             self._sample(cycle)
         self.result.cycles = cycle
         self.result.seconds = time.monotonic() - self._started
-        self._final_counts()
+        if not self._vpp_gone(cycle):
+            self._final_counts()
         return self.result
+
+    def _vpp_gone(self, cycle: int) -> bool:
+        """VPP stopped answering at the last sample: the run ends there, without leak counts
+        (they would ask VPP), and says so."""
+        last = self.result.windows[-1].values if self.result.windows else {}
+        if last.get("vpp_answers", 1.0) != 0.0:
+            return False
+        note = f"VPP stopped answering its API (sample at cycle {cycle}): the run ends there"
+        if note not in self.result.details:
+            self.result.details.append(note)
+            self.log(f"{self.dataplane}: {note}")
+        return True
 
     def close(self) -> None:
         for pod in list(self.live):
             self.hub.stop(str(pod.pod.netns))
-            self.net.lib.delete(self.net.conflist, pod.pod.container_id, pod.pod.netns,
-                                args=pod.pod.args)
+            try:  # a DEL may fail (VPP gone): the namespace goes all the same
+                self.net.lib.delete(self.net.conflist, pod.pod.container_id, pod.pod.netns,
+                                    args=pod.pod.args)
+            except Exception as exc:  # cleanup goes on whatever failed
+                self.log(f"{self.dataplane}: DEL of {pod.pod.container_id} at the end: {exc}")
             self.namespaces.remove(pod.pod.netns)
         self.live.clear()
         self.hub.close()

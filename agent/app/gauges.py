@@ -28,6 +28,13 @@ def register_gauges(agent: Agent, pools: Pools, journal: DeleteJournal) -> None:
         m.gauge("vswitch_cni_pending_link_deletes",
                 "Host links of deleted pods (down, unrouted) not deleted yet.",
                 lambda: float(pending_links()))
+    pod_pool = getattr(agent.dataplane, "pod_pool_state", None)
+    if callable(pod_pool) and pod_pool() is not None:  # VPP, veth + AF_PACKET, VppPodPool > 0
+        m.gauge("vswitch_cni_vpp_pod_pool_ready", "Ready veth + AF_PACKET pairs (spares).",
+                lambda: float(pod_pool()[0]))
+        m.counted("vswitch_cni_vpp_pod_pool_takes", "VPP ADDs by what the pod pool gave them: "
+                  "a ready spare, the one being made, none (the ADD made its own pair).",
+                  ("outcome",), lambda: [((k,), float(n)) for k, n in pod_pool()[1].items()])
     for key, name, text in (("capacity", "capacity", "Assignable pod addresses"),
                             ("inUse", "in_use", "Pod addresses in use"),
                             ("free", "free", "Pod addresses free")):

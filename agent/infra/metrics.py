@@ -7,7 +7,9 @@ Series (docs/metrics.md lists them with their labels):
     vswitch_cni_add_phase_seconds{phase}        histogram: ADD's steps
     vswitch_cni_<gauge>                         gauges read at scrape time (`gauge()`,
                                                 `labelled()`): pods, pools, reconcile, etcd and
-                                                dataplane state; app.py registers them
+                                                dataplane state; app/gauges.py registers them
+    vswitch_cni_<counter>_total                 counters a part keeps itself, read at scrape
+                                                time too (`counted()`)
     process_*                                   the library's process collector (RSS, CPU, fds)
 
 The request path only touches the counter and histograms (the library's own locks); the gauges
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
@@ -34,20 +36,21 @@ LabelledRead = Callable[[], Sequence[tuple[Sequence[str], float]]]  # (label val
 
 
 class _Gauges(Collector):
-    """Gauges computed at scrape time from the agent's state."""
+    """Gauges (and counters a part of the agent keeps itself) computed at scrape time."""
 
     def __init__(self) -> None:
-        # name -> (help, label names, read)
-        self.entries: dict[str, tuple[str, tuple[str, ...], LabelledRead]] = {}
+        # name -> (help, label names, read, family type)
+        self.entries: dict[str, tuple[str, tuple[str, ...], LabelledRead,
+                                      type[GaugeMetricFamily | CounterMetricFamily]]] = {}
 
     def collect(self) -> Iterator[Metric]:
-        for name, (help_text, labels, read) in sorted(self.entries.items()):
+        for name, (help_text, labels, read, kind) in sorted(self.entries.items()):
             try:
                 samples = read()
             except Exception as exc:  # a source that is down: no sample this scrape
                 log.debug("metric %s not read: %s", name, exc)
                 continue
-            family = GaugeMetricFamily(name, help_text, labels=list(labels))
+            family = kind(name, help_text, labels=list(labels))
             for values, value in samples:
                 family.add_metric(list(values), value)
             yield family
@@ -90,12 +93,18 @@ class Metrics:
 
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge without labels, read at scrape time."""
-        self._gauges.entries[name] = (help_text, (), lambda: [((), read())])
+        self._gauges.entries[name] = (help_text, (), lambda: [((), read())], GaugeMetricFamily)
 
     def labelled(self, name: str, help_text: str, labels: Sequence[str],
                  read: LabelledRead) -> None:
         """A gauge with labels: `read` returns (label values, value) per series."""
-        self._gauges.entries[name] = (help_text, tuple(labels), read)
+        self._gauges.entries[name] = (help_text, tuple(labels), read, GaugeMetricFamily)
+
+    def counted(self, name: str, help_text: str, labels: Sequence[str],
+                read: LabelledRead) -> None:
+        """A counter the agent keeps itself (it only grows), read at scrape time like a gauge:
+        `name` without `_total`, which the exposition adds."""
+        self._gauges.entries[name] = (help_text, tuple(labels), read, CounterMetricFamily)
 
     def render(self) -> str:
         """The Prometheus text exposition (format 0.0.4) of every series."""

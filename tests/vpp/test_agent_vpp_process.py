@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agent.dataplane.vpp import names
 from agent.linux import hostnat
@@ -108,6 +109,12 @@ def test_agent_wires_pods_into_vpp_and_repairs_them_after_a_vpp_restart(
     status, text = agent.get("/metrics")
     made = agent_metrics.parse(text)[("vswitch_cni_vpp_call_seconds", "af_packet_create_v3")]
     assert status == 200 and made.count >= len(pods) and made.sum > 0, text[-2000:]
+    # The pod pool (VppPodPool, default 4): every ADD counted by what it got
+    takes = {s.labels["outcome"]: s.value for f in text_string_to_metric_families(text)
+             if f.name == "vswitch_cni_vpp_pod_pool_takes" and f.type == "counter"
+             for s in f.samples if s.name.endswith("_total")}
+    assert set(takes) == {"ready", "waited", "empty"} and sum(takes.values()) == len(pods), takes
+    assert "\nvswitch_cni_vpp_pod_pool_ready " in text
     for netns, cid in pods:
         out = run_plugin("CHECK", {**conf, "prevResult": {"cniVersion": "1.1.0", "ips": [
             {"address": a} for a in addresses]}}, container_id=cid, netns=netns)

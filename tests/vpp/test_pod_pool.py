@@ -73,6 +73,7 @@ def test_an_add_takes_a_spare_and_the_pool_refills(
     wiring = dp.attach(p, UndoStack())
     assert "af_packet_create_v3" not in fake.requests
     assert wiring.host_ifname == "vswp0" and pool.ready() == 1
+    assert pool.take_counts() == {"ready": 1, "waited": 0, "empty": 0}
     assert not netlink.link_exists("vsws0")  # moved into the pod and renamed there
     assert "eth0" in links_in(pod_ns)
     itf = fake.interface_by_tag(names.pod_tag(p.key))
@@ -92,6 +93,7 @@ def test_an_empty_pool_falls_back_to_making_the_pair(
     wiring = dp.attach(p, UndoStack())
     assert "af_packet_create_v3" in fake.requests and pool.ready() == 0
     assert dp.check(p, wiring) == []
+    assert pool.take_counts() == {"ready": 0, "waited": 0, "empty": 1}
 
 
 def test_an_add_waits_for_the_spare_being_made(
@@ -122,6 +124,9 @@ def test_an_add_waits_for_the_spare_being_made(
     adder.join()
     assert errors == []
     assert wired == ["vswp0"] and fake.requests.count("af_packet_create_v3") == 1
+    # waited for, or taken ready if the ADD came after the spare was made: never "empty"
+    counts = pool.take_counts()
+    assert counts["empty"] == 0 and counts["ready"] + counts["waited"] == 1, counts
 
 
 def test_a_failed_add_with_a_spare_leaves_nothing(

@@ -150,6 +150,13 @@ class VppDataplane:
         agent's vswitch_cni_pending_link_deletes gauge)."""
         return len(self.pool.retiring()) if self.pool is not None else 0
 
+    def pod_pool_state(self) -> tuple[int, dict[str, int]] | None:
+        """The pool's spares ready now and its ADDs by what they got (the agent's
+        vswitch_cni_vpp_pod_pool_* series); None without a pool."""
+        if self.pool is None:
+            return None
+        return self.pool.ready(), self.pool.take_counts()
+
     def close(self) -> None:
         """Deletes the spares and what DELs left to delete (VPP's interfaces first), then
         disconnects; pods stay wired."""

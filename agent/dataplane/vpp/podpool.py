@@ -62,6 +62,7 @@ YIELD_MAX = 1.0  # seconds the loop waits for a moment without CNI requests befo
 QUIET = 0.2  # seconds without requests a delete waits for
 DELETE_WAIT_MAX = 5.0  # seconds a delete waits for them at most
 PENDING_MAX = 16  # retired pairs beyond which deletes wait for nothing
+TAKES = ("ready", "waited", "empty")  # what an ADD's `take` got (vswitch_cni_vpp_pod_pool_takes)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,8 @@ class PodPool:
         self._last_request = 0.0  # monotonic time the last one ended
         self._retired: dict[str, int] = {}  # host -> generation its binding was known on
         self._busy: set[str] = set()  # retired pairs being deleted right now
+        # ADDs by what `take` gave them: a ready spare, the one being made (waited for), none
+        self._takes = dict.fromkeys(TAKES, 0)
         self._nsfd = -1
         self._entered = False
         self._loop = SupervisedLoop("vpp-pod-pool", self._run, interval, immediately=True,
@@ -164,6 +167,7 @@ class PodPool:
         ready one, else the one being made now (waited for, up to `wait` seconds), else
         None. The loop is woken to make another."""
         spare = None
+        waited = False
         deadline = time.monotonic() + wait
         with self._lock:
             while spare is None:
@@ -178,13 +182,21 @@ class PodPool:
                 left = deadline - time.monotonic()
                 if not self._making or left <= 0:
                     break
+                waited = True
                 self._lock.wait(left)
+            self._takes["empty" if spare is None else "waited" if waited else "ready"] += 1
         self._loop.wake()
         return spare
 
     def ready(self) -> int:
         with self._lock:
             return len(self._spares)
+
+    def take_counts(self) -> dict[str, int]:
+        """ADDs so far by what `take` gave them (TAKES): an operator sees `empty` grow when
+        pods come faster than VPP makes spares (VppPodPool too small for the node's bursts)."""
+        with self._lock:
+            return dict(self._takes)
 
     def hosts(self) -> list[str]:
         """The host ends of the spares ready now, oldest (the next taken) first."""
