@@ -69,6 +69,19 @@ SETUPS: tuple[tuple[str, dict[str, Any]], ...] = (
     # the same with VPP reading the pods' rings on every turn of its loop (no wake-ups; a core
     # kept busy); only with --setup, not in the default run
     ("vpp-polling", {"Dataplane": "vpp", "VXLANOwner": "linux", "InterfaceRxMode": "polling"}),
+    # the AF_PACKET rings before issue #25's UDP work: pods 20 + 10 frames, the interconnect
+    # the same (docs/vpp.md, "Where UDP is lost through VPP"); only with --setup
+    ("vpp-rings-20-10", {"Dataplane": "vpp", "VXLANOwner": "linux", "AfPacketRxFrames": 20,
+                         "AfPacketTxFrames": 10, "AfPacketHostRxFrames": 20,
+                         "AfPacketHostTxFrames": 10}),
+    # the agent's defaults since then, spelt out: pods 14 + 16 (the same 1.93 MiB), the
+    # interconnect 16 + 64
+    ("vpp-rings-14-16", {"Dataplane": "vpp", "VXLANOwner": "linux", "AfPacketRxFrames": 14,
+                         "AfPacketTxFrames": 16, "AfPacketHostRxFrames": 16,
+                         "AfPacketHostTxFrames": 64}),
+    # what rings of any size could do (33 MiB per pod: not a default)
+    ("vpp-rings-256", {"Dataplane": "vpp", "VXLANOwner": "linux", "AfPacketRxFrames": 256,
+                       "AfPacketTxFrames": 256}),
 )
 DEFAULT_SETUPS = ("kernel", "vpp-vxlan-in-vpp", "vpp-vxlan-in-linux")
 DEFAULT_OUT = REPO / "BENCHMARKS.md"

@@ -64,8 +64,12 @@ class AgentConfig:
     afpacket_version: int = 2
     afpacket_qdisc_bypass: bool = True
     afpacket_frame_size: int = 2048 * 33
-    afpacket_rx_frames: int = 20
-    afpacket_tx_frames: int = 10
+    afpacket_rx_frames: int = 14
+    afpacket_tx_frames: int = 16
+    # the VPP-host interconnect's rings: one interface per node, whose transmit ring takes the
+    # batches of every pod's receive ring (docs/vpp.md, "Where UDP is lost through VPP")
+    afpacket_host_rx_frames: int = 16
+    afpacket_host_tx_frames: int = 64
     vpp_pod_pool: int = 4  # ready veth + AF_PACKET pairs (docs/vpp.md); 0: none
     interface_rx_mode: str = ""
     nat_excluded_cidrs: tuple[str, ...] = ()
@@ -189,6 +193,8 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("AfPacketFrameSize", "afpacket_frame_size", parsers.frame_size),
         ("AfPacketRxFrames", "afpacket_rx_frames", parsers.int_range(2, 4096)),
         ("AfPacketTxFrames", "afpacket_tx_frames", parsers.int_range(2, 4096)),
+        ("AfPacketHostRxFrames", "afpacket_host_rx_frames", parsers.int_range(2, 4096)),
+        ("AfPacketHostTxFrames", "afpacket_host_tx_frames", parsers.int_range(2, 4096)),
         ("VppPodPool", "vpp_pod_pool", parsers.int_range(0, 64)),
         ("InterfaceRxMode", "interface_rx_mode", parsers.rx_mode),
         ("NatExternalTraffic", "nat_external_traffic", parsers.boolean),

@@ -78,6 +78,8 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
             tx_frames=cfg.afpacket_tx_frames,
             rx_mode=cfg.interface_rx_mode,
         ),
+        host_rx_frames=cfg.afpacket_host_rx_frames,
+        host_tx_frames=cfg.afpacket_host_tx_frames,
     )
 
 

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 
 from agent.app.config import AgentConfig, ConfigError, load, parse, preflight
+from agent.app.wiring import vpp_config
+from agent.dataplane.vpp.config import VppConfig
+from agent.model.errors import InvalidConfig
+from ipam import node_networks
 
 
 def test_empty_config_gives_contiv_defaults() -> None:
@@ -143,10 +147,14 @@ def test_nat_and_afpacket_keys() -> None:
                  "AfPacketVersion": 3, "AfPacketRxFrames": 64}, env={})
     assert (cfg.nat_external_traffic, cfg.nat_excluded_cidrs) == (
         False, ("10.20.0.0/16", "fd00::/8"))
-    assert (cfg.afpacket_version, cfg.afpacket_rx_frames, cfg.afpacket_tx_frames) == (3, 64, 10)
+    assert (cfg.afpacket_version, cfg.afpacket_rx_frames, cfg.afpacket_tx_frames) == (3, 64, 16)
     assert parse({}, env={}).nat_external_traffic is True  # Contiv's default
+    host = parse({"AfPacketHostRxFrames": 128, "AfPacketHostTxFrames": 32}, env={})
+    assert (host.afpacket_host_rx_frames, host.afpacket_host_tx_frames) == (128, 32)
+    assert (cfg.afpacket_host_rx_frames, cfg.afpacket_host_tx_frames) == (16, 64)
     for key, value in (("AfPacketVersion", 1), ("AfPacketFrameSize", 2050),
-                       ("NatExcludedCIDRs", ["10.0.0.0/33"]), ("AfPacketTxFrames", 0)):
+                       ("NatExcludedCIDRs", ["10.0.0.0/33"]), ("AfPacketTxFrames", 0),
+                       ("AfPacketHostRxFrames", 1), ("AfPacketHostTxFrames", 5000)):
         with pytest.raises(ConfigError) as info:
             parse({key: value}, env={})
         assert info.value.key == key
@@ -304,3 +312,20 @@ def test_vxlan_owner_decides_where_the_vpp_mesh_is_encapsulated() -> None:
     assert not parse({"NodeName": "n", "VXLANOwner": "vpp"}).vxlan_in_vpp  # kernel dataplane
     with pytest.raises(ConfigError, match=r"'VXLANOwner' = 'ovs'.*'linux' or 'vpp'"):
         parse({"VXLANOwner": "ovs"})
+
+
+def test_the_interconnect_gets_rings_of_its_own() -> None:
+    cfg = parse({"Dataplane": "vpp", "AfPacketRxFrames": 16, "AfPacketTxFrames": 14,
+                 "AfPacketHostRxFrames": 128}, env={})
+    vpp = vpp_config(cfg, node_networks(cfg.ipam, 1))
+    assert (vpp.afpacket.rx_frames, vpp.afpacket.tx_frames) == (16, 14)
+    assert (vpp.host_afpacket.rx_frames, vpp.host_afpacket.tx_frames) == (128, 64)
+    # the agent's defaults are the driver's own
+    defaults = vpp_config(parse({}, env={}), node_networks(cfg.ipam, 1))
+    driver = VppConfig(pod_gateways=defaults.pod_gateways)
+    assert (defaults.afpacket, defaults.host_afpacket) == (driver.afpacket, driver.host_afpacket)
+    assert vpp.host_afpacket.frame_size == vpp.afpacket.frame_size
+    # a ring the kernel refuses (3 x 67584 bytes is not page-aligned) names its key
+    odd = parse({"Dataplane": "vpp", "AfPacketHostTxFrames": 3}, env={})
+    with pytest.raises(InvalidConfig, match="AfPacketHostTxFrames=3"):
+        vpp_config(odd, node_networks(odd.ipam, 1))

@@ -13,7 +13,8 @@ Test plan:
   median (UDP loss: the difference in points); a failed setup shows its reason and "failed"
   cells, a skipped one its note; a row that broke is marked and explained.
 - The setups table: names unique, the baseline first, VPP setups asking for `Dataplane: vpp`
-  and naming their VXLANOwner (the agent's default may change).
+  and naming their VXLANOwner (the agent's default may change); the ring setups spell out
+  every frame count.
 """
 
 from __future__ import annotations
@@ -111,8 +112,13 @@ def test_short_keeps_the_agents_reason_and_the_setups_table_is_sound() -> None:
                for name, config in SETUPS)
     owners = {name: config.get("VXLANOwner") for name, config in SETUPS}
     assert owners == {"kernel": None, "vpp-vxlan-in-vpp": "vpp", "vpp-vxlan-in-linux": "linux",
-                      "vpp-polling": "linux"}
+                      "vpp-polling": "linux", "vpp-rings-20-10": "linux",
+                      "vpp-rings-14-16": "linux", "vpp-rings-256": "linux"}
     assert dict(SETUPS)["vpp-polling"]["InterfaceRxMode"] == "polling"
+    # the ring setups spell every frame count out: the agent's defaults may change under them
+    for name in ("vpp-rings-20-10", "vpp-rings-14-16"):
+        assert {"AfPacketRxFrames", "AfPacketTxFrames", "AfPacketHostRxFrames",
+                "AfPacketHostTxFrames"} <= set(dict(SETUPS)[name])
     # the default run is the three mesh setups; polling only when asked for
     assert parse(["--quick", "--out", "/tmp/x.md"]).setup == [
         "kernel", "vpp-vxlan-in-vpp", "vpp-vxlan-in-linux"]

@@ -4,7 +4,9 @@ VPP with real veths and namespaces.
 Plan:
 - every AF_PACKET interface (pods and the VPP-host interconnect) asks VPP for checksum/GSO offload
   (without it TCP and UDP leave VPP with bad checksums), TPACKET_V2, qdisc bypass and the
-  configured ring; a ring the kernel would refuse is refused at config time;
+  configured ring: the pods' rings, and the interconnect's own (AfPacketHost*Frames: one per
+  node, larger by default); a ring the kernel would refuse is refused at config time, naming
+  the pods' or the interconnect's key;
 - the main VRF routes everything else to the node's end of the interconnect, IPv4 via its address
   and IPv6 via its link-local address (both ends have fixed MACs, so fixed link-locals), with
   static neighbors; Linux routes the pod IPv6 subnet via VPP's link-local;
@@ -27,7 +29,7 @@ from typing import Any
 import pytest
 
 from agent.dataplane import UndoStack
-from agent.dataplane.vpp import VppDataplane, afpacket, base, names
+from agent.dataplane.vpp import VppConfig, VppDataplane, afpacket, base, names
 from agent.linux import iproute, netlink
 from agent.model.errors import DataplaneFailure, InvalidConfig
 from testbed.pods import vpp_pod as pod
@@ -41,20 +43,31 @@ def test_every_afpacket_interface_completes_checksums(
     fake: FakeVPP, driver_factory: Factory, pod_ns: str
 ) -> None:
     rings = afpacket.RingOptions(rx_frames=16, tx_frames=8)
-    dp = driver_factory(afpacket=rings)
+    dp = driver_factory(afpacket=rings, host_rx_frames=32, host_tx_frames=48)
     dp.start()
     p = pod(pod_ns, "10.1.1.5/32")
     dp.attach(p, UndoStack())
     host = fake.interface_by_tag(names.HOST_TAG)
     itf = fake.interface_by_tag(names.pod_tag(p.key))
     assert host is not None and itf is not None
-    for sent in (host.afpacket, itf.afpacket):
+    for sent, frames in ((host.afpacket, (32, 48)), (itf.afpacket, (16, 8))):
         assert sent["flags"] & afpacket.FLAG_CKSUM_GSO
         assert sent["flags"] & afpacket.FLAG_VERSION_2
         assert sent["flags"] & afpacket.FLAG_QDISC_BYPASS
-        assert (sent["rx_frames_per_block"], sent["tx_frames_per_block"]) == (16, 8)
+        assert (sent["rx_frames_per_block"], sent["tx_frames_per_block"]) == frames
         assert sent["rx_frame_size"] == sent["tx_frame_size"] == afpacket.GSO_FRAME
     assert rings.kernel_bytes == 24 * afpacket.GSO_FRAME
+
+
+def test_the_interconnect_rings_default_larger_than_a_pods() -> None:
+    cfg = VppConfig(pod_gateways=DUAL[:1])
+    assert (cfg.host_afpacket.rx_frames, cfg.host_afpacket.tx_frames) == (16, 64)
+    assert cfg.host_afpacket.kernel_bytes == 80 * afpacket.GSO_FRAME  # 5.2 MiB per node
+    # a transmit ring takes a whole batch of each receive ring that feeds it (VPP drops the
+    # rest of a batch as `tx ring overrun`): pod -> pod, pod -> interconnect, back to a pod
+    assert cfg.afpacket.tx_frames >= max(cfg.afpacket.rx_frames, cfg.host_afpacket.rx_frames)
+    assert cfg.host_afpacket.tx_frames >= cfg.afpacket.rx_frames
+    assert cfg.afpacket.kernel_bytes <= 2 * 2**20  # issue #13: at most 2 MiB per pod
 
 
 def test_ring_options_follow_the_config(
@@ -76,6 +89,13 @@ def test_ring_options_follow_the_config(
 def test_rings_the_kernel_refuses_are_refused_up_front(kw: dict[str, Any]) -> None:
     with pytest.raises(InvalidConfig):
         afpacket.RingOptions(**kw)
+
+
+def test_a_refused_ring_names_its_key() -> None:
+    with pytest.raises(InvalidConfig, match="AfPacketTxFrames=3"):
+        afpacket.RingOptions(tx_frames=3)
+    with pytest.raises(InvalidConfig, match="AfPacketHostRxFrames=5"):
+        VppConfig(pod_gateways=DUAL[:1], host_rx_frames=5)
 
 
 def test_main_vrf_routes_the_rest_to_the_host(fake: FakeVPP, driver_factory: Factory) -> None:

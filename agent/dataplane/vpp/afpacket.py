@@ -43,14 +43,19 @@ class RingOptions:
     qdisc_bypass: bool = True  # AfPacketQdiscBypass
     frame_size: int = GSO_FRAME  # AfPacketFrameSize: bytes per frame
     # 1.93 MiB of kernel memory per interface (VPP's own defaults: ~76 MiB). The receive ring
-    # buffers what a pod sends while VPP sleeps (interrupt mode); the transmit ring is emptied
-    # by every sendto() VPP makes, so it only needs a vector's worth at a pod's rates.
-    rx_frames: int = 20  # AfPacketRxFrames: frames in the receive ring (V3: per block)
-    tx_frames: int = 10  # AfPacketTxFrames: frames in the transmit ring
+    # buffers what a pod sends while VPP waits to run; VPP reads all of it in one batch, and
+    # its transmit function writes at most a ring's worth of a batch and drops the rest as
+    # `tx ring overrun` (af_packet/device.c), so a transmit ring takes at least a receive
+    # ring (docs/vpp.md, "Where UDP is lost through VPP": with 20 + 10 frames a fifth of the
+    # datagrams at 250 Mbit/s were lost that way).
+    rx_frames: int = 14  # AfPacketRxFrames: frames in the receive ring (V3: per block)
+    tx_frames: int = 16  # AfPacketTxFrames: frames in the transmit ring
     # Only for measuring the alternative (pods' offloads off, Contiv's TCPChecksumOffloadDisabled):
     # without it TCP and UDP through VPP break unless every pod computes its own checksums.
     checksum_offload: bool = True
     rx_mode: str = ""  # InterfaceRxMode: a RX_MODES name; "": VPP's default-rx-mode
+    # the config keys of rx_frames and tx_frames, for the errors (pods' or the interconnect's)
+    keys: tuple[str, str] = ("AfPacketRxFrames", "AfPacketTxFrames")
 
     def __post_init__(self) -> None:
         if self.rx_mode and self.rx_mode not in RX_MODES:
@@ -63,8 +68,7 @@ class RingOptions:
                 f"AfPacketFrameSize={self.frame_size}: must be a multiple of "
                 f"{TPACKET_ALIGNMENT}, at least 2048"
             )
-        for key, frames in (("AfPacketRxFrames", self.rx_frames),
-                            ("AfPacketTxFrames", self.tx_frames)):
+        for key, frames in zip(self.keys, (self.rx_frames, self.tx_frames), strict=True):
             if not 2 <= frames <= 4096:
                 raise InvalidConfig(f"{key}={frames}: must be 2..4096")
             # The kernel wants each ring block page-aligned; V2 rings here are one block.

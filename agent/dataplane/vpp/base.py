@@ -126,7 +126,7 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
             HOST_LINUX_MAC
         )
         sw_if_index = afpacket.create(
-            api, cfg.host_vpp_ifname, HOST_VPP_MAC, cfg.afpacket
+            api, cfg.host_vpp_ifname, HOST_VPP_MAC, cfg.host_afpacket
         )
     interfaces.set_tag(api, sw_if_index, names.HOST_TAG)
     _bind(api, sw_if_index, cfg.main_vrf_id, [cfg.vpp_host_ip])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.dataplane.vpp.afpacket import RingOptions
 from agent.model.errors import InvalidConfig
@@ -52,10 +52,24 @@ class VppConfig:
     # routes remote pods itself, so neither that route into VPP nor VPP's drop is wanted (and
     # one left by an earlier config is removed).
     route_cluster: bool = True
-    # AF_PACKET sockets of pods and the interconnect.
+    # AF_PACKET sockets of the pods and the interconnect (each with its own rings).
     afpacket: RingOptions = field(default_factory=RingOptions)
+    # The VPP-host interconnect's frame counts (the rest as `afpacket`): one per node. Its
+    # transmit ring takes the batches of every pod's receive ring; its receive ring feeds
+    # pods' transmit rings, so it is no larger than one (docs/vpp.md, "Where UDP is lost
+    # through VPP"): 5.2 MiB per node.
+    host_rx_frames: int = 16  # AfPacketHostRxFrames
+    host_tx_frames: int = 64  # AfPacketHostTxFrames
+
+    @property
+    def host_afpacket(self) -> RingOptions:
+        """The interconnect's AF_PACKET options: the pods' with its own frame counts."""
+        return replace(self.afpacket, rx_frames=self.host_rx_frames,
+                       tx_frames=self.host_tx_frames,
+                       keys=("AfPacketHostRxFrames", "AfPacketHostTxFrames"))
 
     def __post_init__(self) -> None:
+        self.host_afpacket  # noqa: B018 - validates the interconnect's rings at start
         self._check_ranges()
         self._check_addresses()
         for key in ("host_ifname", "host_vpp_ifname"):
