@@ -72,23 +72,31 @@ class EndpointSlice:
     ports: tuple[EndpointPort, ...] = ()
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Backend:
     address: IPAddress
     port: int
+
+    def __lt__(self, other: Backend) -> bool:  # IPv4 before IPv6: sorting mixes families
+        return (self.address.version, self.address, self.port) < \
+            (other.address.version, other.address, other.port)
 
     def __str__(self) -> str:
         host = f"[{self.address}]" if self.address.version == 6 else str(self.address)
         return f"{host}:{self.port}"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class TranslationKey:
     """What a packet is matched on: the Service address, its port and protocol."""
 
     vip: IPAddress
     port: int
     protocol: str
+
+    def __lt__(self, other: TranslationKey) -> bool:
+        return (self.vip.version, self.vip, self.port, self.protocol) < \
+            (other.vip.version, other.vip, other.port, other.protocol)
 
     def __str__(self) -> str:
         host = f"[{self.vip}]" if self.vip.version == 6 else str(self.vip)

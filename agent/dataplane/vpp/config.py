@@ -54,6 +54,9 @@ class VppConfig:
     route_cluster: bool = True
     # AF_PACKET sockets of pods and the interconnect.
     afpacket: RingOptions = field(default_factory=RingOptions)
+    # ClusterIPs translated by VPP's cnat plugin (ServiceTranslation: vpp): its node setup at
+    # each connection, its feature on every pod interface (cnat_node.py)
+    cnat: bool = False
 
     def __post_init__(self) -> None:
         self._check_ranges()
