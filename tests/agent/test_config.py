@@ -304,3 +304,19 @@ def test_vxlan_owner_decides_where_the_vpp_mesh_is_encapsulated() -> None:
     assert not parse({"NodeName": "n", "VXLANOwner": "vpp"}).vxlan_in_vpp  # kernel dataplane
     with pytest.raises(ConfigError, match=r"'VXLANOwner' = 'ovs'.*'linux' or 'vpp'"):
         parse({"VXLANOwner": "ovs"})
+
+
+def test_service_translation_needs_vpp_table_0_and_the_interconnect() -> None:
+    vpp = {"NodeName": "n", "Dataplane": "vpp"}
+    assert parse(vpp).service_translation == "kube-proxy"
+    assert parse({**vpp, "ServiceTranslation": "vpp"}).service_translation == "vpp"
+    assert parse({**vpp, "ServiceTranslation": "vpp", "VXLANOwner": "vpp",
+                  "UseL2Interconnect": True}).service_translation == "vpp"
+    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'ipvs'.*'kube-proxy' or"):
+        parse({**vpp, "ServiceTranslation": "ipvs"})
+    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*Dataplane: vpp"):
+        parse({"NodeName": "n", "ServiceTranslation": "vpp"})
+    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*MainVRFID: 0"):
+        parse({**vpp, "ServiceTranslation": "vpp", "MainVRFID": 2})
+    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*VXLANOwner: linux"):
+        parse({**vpp, "ServiceTranslation": "vpp", "VXLANOwner": "vpp"})
