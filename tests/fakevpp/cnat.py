@@ -17,8 +17,9 @@ cnat_types.c; vnet/feature):
 - feature_cnat_enable_disable enables its eight nodes on each call: twice puts them on the
   arcs twice (seen on a real VPP: `show interface features` lists them twice); disable
   removes one set; feature_is_enabled answers for those nodes;
-- `show ip fib summary` / `show ip6 fib summary` (cli_inband) list each table of the family
-  with its FIB index (here: the table's rank in creation order).
+- `show ip fib table N summary` / `show ip6 fib table N summary` (cli_inband) start with the
+  table's name and its FIB index (here: the table's rank in creation order); nothing for a
+  table VPP does not have.
 """
 
 from __future__ import annotations
@@ -52,12 +53,16 @@ class CnatHandlers:
 
     def cli_inband(self, req: Any) -> Fields:
         words = str(req.cmd).split()
-        if words in (["show", "ip", "fib", "summary"], ["show", "ip6", "fib", "summary"]):
-            v6 = words[1] == "ip6"
-            lines = [f"ipv{6 if v6 else 4}-VRF:{t}, fib_index:{i}, flow hash:[src dst sport "
-                     "dport proto flowlabel ] epoch:0 flags:none locks:[interface:1, ]"
-                     for t, i in fib_indexes(self.s, v6).items()]
-            return {"reply": "\n".join(lines) + "\n"}
+        if len(words) == 6 and words[:1] + words[2:4] + words[5:] == ["show", "fib", "table",
+                                                                        "summary"] \
+                and words[1] in ("ip", "ip6") and words[4].isdigit():
+            v6, table = words[1] == "ip6", int(words[4])
+            index = fib_indexes(self.s, v6).get(table)
+            if index is None:
+                return {"reply": ""}  # as VPP: nothing for a table it does not have
+            return {"reply": f"{self.s.tables[(v6, table)]}, fib_index:{index}, flow hash:[src "
+                    "dst sport dport proto flowlabel ] epoch:0 flags:none locks:[API:1, ]\n"
+                    "    Prefix length         Count\n"}
         return super().cli_inband(req)  # type: ignore[misc, no-any-return]
 
     def _check_endpoint(self, ep: Any) -> None:

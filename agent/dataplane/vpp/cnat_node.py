@@ -15,8 +15,8 @@ policy's host table, whose traffic is never rewritten). The hairpin address is t
 address of the node's pod subnet, per family: IPAM never hands it out (Contiv's NAT loopback).
 The policy entry is set for forwarding in table 0 and made VPP's default (so it applies in the
 pod VRF), with the pod VRF as its return table: the pod's answer enters from the pod VRF. cnat
-wants FIB *indexes* there, which no API message gives: they are read from `show ip fib summary`
-(cli_inband) and checked through `cnat_snat_addresses_dump`, which names their table IDs.
+wants FIB *indexes* there, which no API message gives: they are read from `show ip fib table N
+summary` (cli_inband) and checked through `cnat_snat_addresses_dump`, which names their table IDs.
 
 cnat counts sessions per VRF and initialises the count when an interface is bound to a table
 after its first use; a VRF bound before (the gateway loopback, pods of an earlier agent) would
@@ -60,9 +60,9 @@ def fib_indexes(api: VppApi, vrf_id: int, families: Iterable[int]) -> dict[int, 
     """{4 or 6: the FIB index of table `vrf_id`} from VPP's CLI (no API message has it)."""
     out = {}
     for version in families:
-        command = "show ip fib summary" if version == 4 else "show ip6 fib summary"
+        command = f"show ip{'' if version == 4 else '6'} fib table {vrf_id} summary"
         text = str(api.call("cli_inband", cmd=command).reply)
-        found = re.search(rf"ipv{version}-VRF:{vrf_id}, fib_index:(\d+)", text)
+        found = re.search(r"fib_index:(\d+)", text)  # "<table name>, fib_index:1, flow hash..."
         if found is None:
             raise DataplaneFailure(f"VPP has no IPv{version} table {vrf_id} to translate "
                                    "Services in", f"`{command}` did not list it")
