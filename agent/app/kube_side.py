@@ -179,7 +179,8 @@ class KubeSide:
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs
 
             renderers.append(vpp_renderer(dataplane, cfg.vpp_api_socket,
-                                          [cfg.ipam.service_cidr], exempt, other_nodes))
+                                          [cfg.ipam.service_cidr], exempt, other_nodes,
+                                          services_in_vpp=translate))
         controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records,
                                       remote_ingress=vpp)
         woken.append(controller)

@@ -6,13 +6,18 @@ as `ServiceTranslation: vpp` makes it) and configured as the agent does; the ren
 (VppServices) on the same connection installs Service translations; real TCP and UDP between
 the pods' namespaces through VPP, IPv4 and IPv6:
 - a client reaches a ClusterIP's TCP and UDP port; the backend (another pod, its own port)
-  sees the client pod's own address, and the client's answer comes from the ClusterIP;
+  sees the client pod's own address, and the client's answer comes from the ClusterIP; also
+  with the backend beyond the VPP-host interconnect (as another node's pods are);
 - the Service's backends change (one more): new connections reach both, in VPP only;
 - hairpin: a pod reaches a Service whose only backend is itself, and sees the node's hairpin
   address (the pod subnet's reserved last address) as the peer;
 - a port the Service has no translation for, and the translations deleted: nothing is
   translated any more (the packet leaves VPP for the node, where no kube-proxy runs here);
-- pod to pod and pod to gateway still work with cnat on the interfaces.
+- pod to pod and pod to gateway still work with cnat on the interfaces;
+- with NetworkPolicy in the acl plugin too: a client whose ingress denies everything reaches
+  a backend whose ingress allows it and whose egress denies everything (answers pass both
+  ACLs on the sessions of the translated connection), a pod the backend does not allow does
+  not, and the egress-isolated backend reaches itself through a Service (hairpin).
 The test's pod VRF (7) is its own and so are its subnets and ClusterIPs (10.254.250.0/24,
 fd00:254:250::/64); its translations and interfaces are removed at the end. cnat's SNAT entry
 stays (it acts on cnat interfaces only, and there are none then): deleting it, an all-zero
@@ -34,9 +39,11 @@ import pytest
 
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane
+from agent.dataplane.vpp.acl import PodAcl, VppPolicy
 from agent.dataplane.vpp.cnat import VppServices
 from agent.linux import pod_netns
 from agent.model.pod import PodNetwork
+from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
 from services import Backend, Translation, TranslationKey
 from testbed.netns import entered, named_netns, ping
 from testbed.pods import vpp_pod
@@ -51,6 +58,9 @@ V4, V6 = ipaddress.ip_network("10.254.1.0/24"), ipaddress.ip_network("fd00:254:1
 VIP4, VIP6 = ip("10.254.250.10"), ip("fd00:254:250::10")
 HAIRPIN4, HAIRPIN6 = ip("10.254.250.11"), ip("fd00:254:250::11")
 WAIT = 3.0
+SERVICES4 = ipaddress.ip_network("10.254.250.0/24")
+KEYS = [PodKey("cnat", n) for n in ("a", "b", "c")]
+OPEN, DENY = DirectionRules(False), DirectionRules(True)
 
 
 @dataclass
@@ -58,6 +68,12 @@ class Env:
     dp: VppDataplane
     services: VppServices
     nets: list[PodNetwork]
+    sw_if_indexes: list[int]
+
+    def acl(self, i: int, ingress: DirectionRules = OPEN,
+            egress: DirectionRules = OPEN) -> PodAcl:
+        own = tuple(a.ip for a in self.nets[i].addresses)
+        return PodAcl(PodPolicy(KEYS[i], (), ingress, egress), self.sw_if_indexes[i], own)
 
     def ns(self, i: int) -> str:
         return self.nets[i].netns
@@ -91,7 +107,7 @@ def env() -> Iterator[Env]:
             try:
                 for n, w in zip(nets, wirings, strict=True):
                     pod_netns.configure(n, w.gateway_mac)
-                yield Env(dp, services, nets)
+                yield Env(dp, services, nets, [int(w.extra["sw_if_index"]) for w in wirings])
             finally:
                 services.apply({})
                 for n, w in zip(nets, wirings, strict=True):
@@ -105,10 +121,11 @@ class Peers:
     """TCP and UDP servers on `port` at the pod's addresses that answer each client with the
     address they saw it come from (threads of this process, sockets in the pod's namespace)."""
 
-    def __init__(self, ns: str, addresses: list[str], port: int) -> None:
+    def __init__(self, ns: str | None, addresses: list[str], port: int) -> None:
+        """`ns` None: the test's own namespace (the node's, where VPP's interconnect ends)."""
         self.socks: list[socket.socket] = []
         self.seen: list[str] = []
-        with entered(ns):
+        with entered(ns) if ns else contextlib.nullcontext():
             for addr in addresses:
                 family = socket.AF_INET6 if ":" in addr else socket.AF_INET
                 tcp = socket.socket(family, socket.SOCK_STREAM)
@@ -212,6 +229,18 @@ def test_client_reaches_the_service_and_the_backend_sees_the_client(env: Env) ->
         assert ping(env.ns(client), str(V4[1])) and ping(env.ns(client), str(V6[1]))
 
 
+def test_a_backend_beyond_the_interconnect(env: Env) -> None:
+    """The node's end of the interconnect stands in for another node's pod: the translated
+    packet leaves VPP by the main VRF's default route, the answer comes back through the
+    interconnect (where cnat is on, in the host table) and is translated back for the client."""
+    client, node = 0, "172.31.254.2"
+    assert env.services.apply(service(VIP4, 80, "TCP", (ip(node), 8080)), []).failed == {}
+    with Peers(None, [node], 8080) as far:
+        assert ask(env.ns(client), "tcp", VIP4, 80) == (f"peer={env.ip(client)}", str(VIP4))
+        assert far.seen == [str(env.ip(client))]
+    env.services.apply({}, [])
+
+
 def test_backends_change_in_place(env: Env) -> None:
     client = 0
     one = service(VIP4, 80, "TCP", (env.ip(1), 8080))
@@ -240,3 +269,38 @@ def test_hairpin_reaches_itself_through_the_service(env: Env) -> None:
         assert ask(env.ns(pod), "tcp", HAIRPIN6, 80) == \
             (f"peer={ip('fd00:254:1::ffff:ffff:ffff:fffe')}", str(HAIRPIN6))
     env.services.apply({}, [])
+
+
+def test_network_policy_judges_service_connections_in_vpp(env: Env) -> None:
+    """With both plugins: the client's egress and the backend's ingress judge the connection
+    with the backend's and the client's own addresses; the answers, translated back before the
+    acl plugin sees them, still reach a client whose ingress denies everything and leave a
+    backend whose egress does; a pod whose egress allows nothing reaches itself through a
+    Service (hairpin)."""
+    client, backend, other = 0, 1, 2
+    policy = VppPolicy(env.dp.api, (SERVICES4,), (ip("172.31.254.2"),), self_egress=True)
+    peers = tuple(ipaddress.ip_network(a.ip) for a in env.nets[client].addresses)
+    allow = DirectionRules(True, (Rule(peers, (PortRange("TCP", 8080, 8080),
+                                               PortRange("UDP", 5353, 5353)), ("t/p",)),))
+    want = {**service(VIP4, 80, "TCP", (env.ip(backend), 8080)),
+            **service(VIP4, 53, "UDP", (env.ip(backend), 5353)),
+            **service(VIP6, 80, "TCP", (env.ip(backend, 6), 8080)),
+            **service(HAIRPIN4, 80, "TCP", (env.ip(backend), 8080))}
+    assert env.services.apply(want, []).failed == {}
+    try:
+        report = policy.apply({
+            KEYS[client]: env.acl(client, ingress=DENY),
+            KEYS[backend]: env.acl(backend, ingress=allow, egress=DENY)})
+        assert report.failed == {}
+        addresses = [str(env.ip(backend)), str(env.ip(backend, 6))]
+        with Peers(env.ns(backend), addresses, 8080), Peers(env.ns(backend), addresses, 5353):
+            for vip, version in ((VIP4, 4), (VIP6, 6)):
+                me = str(env.ip(client, version))
+                assert ask(env.ns(client), "tcp", vip, 80) == (f"peer={me}", str(vip))
+            assert ask(env.ns(client), "udp", VIP4, 53) == (f"peer={env.ip(client)}", str(VIP4))
+            assert ask(env.ns(other), "tcp", VIP4, 80) is None  # the backend's ingress
+            assert ask(env.ns(backend), "tcp", HAIRPIN4, 80) == \
+                (f"peer={ip('10.254.1.254')}", str(HAIRPIN4))
+    finally:
+        policy.apply({})
+        env.services.apply({}, [])
