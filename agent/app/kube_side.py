@@ -1,6 +1,7 @@
 """What the agent does with the Kubernetes API, built from the config: the cache (agent/kube),
 NetworkPolicy (the renderers the dataplane needs and the controller between them and the cache,
-agent/netpol) and the collection of nodes deleted from the API (agent/cluster/node_gc).
+agent/netpol), the collection of nodes deleted from the API (agent/cluster/node_gc) and, with
+`ServiceTranslation: vpp`, ClusterIP translation in VPP (agent/clusterip, app/services_vpp).
 
 The Kubernetes API is `KubeConfig` (a kubeconfig file) or, with that key unset, the pod's
 service account when the agent runs in a pod (KUBERNETES_SERVICE_HOST, as the DaemonSet does).

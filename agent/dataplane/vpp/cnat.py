@@ -141,11 +141,6 @@ class VppServices:
             log.error("Service translations VPP refused: %s", report.failed)
         return report
 
-    def forget_interface(self, sw_if_index: int) -> None:
-        """A pod interface is gone (VPP may hand its index out again)."""
-        with self._lock:
-            self._enabled.discard(sw_if_index)
-
     def _read_back(self) -> None:
         """On a new VPP connection: what VPP holds is what is installed."""
         if self._generation == self.api.generation:
