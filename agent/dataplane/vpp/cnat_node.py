@@ -3,10 +3,12 @@ pod interface (docs/vpp.md, "Services translated in VPP").
 
 cnat translates on interfaces where its feature is enabled (`feature_cnat_enable_disable`:
 its lookup and input nodes on ip4/ip6-unicast, its output and writeback nodes on
-ip4/ip6-output). A pod's packet to a ClusterIP is translated as it enters VPP from the pod;
-the backend's reply is translated back as it enters VPP from the backend's pod, or from the
-VPP-host interconnect when the backend is another node's (the session is keyed by the VRF of
-the interface it left by). So the feature goes on every pod interface and on the interconnect.
+ip4/ip6-output). A pod's packet to a ClusterIP is translated as it enters VPP from the pod,
+and its return session is made where it leaves VPP; the backend's reply is recognised as it
+enters VPP from the backend's pod, or from the VPP-host interconnect when the backend is
+another node's, and translated back on its way out to the client. So the feature goes on every
+pod interface and on the interconnect (without it there, answers from other nodes' backends
+were lost on a real 26.06).
 
 Source NAT only for hairpin: a pod whose connection to a Service is sent to itself would see a
 packet from its own address. cnat's "k8s" SNAT policy rewrites the source exactly then (and
