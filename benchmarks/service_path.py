@@ -14,6 +14,8 @@ times (medians; load that comes and goes hits every row):
   same way; the backend sees the node's address;
 - pod -> ClusterIP, cnat: VPP translates it (agent/dataplane/vpp/cnat), the backend sees the
   client's address;
+- pod -> pod again with cnat's feature off on both pods' interfaces (what cnat's per-flow
+  sessions cost traffic that no Service translation concerns);
 - and for the issue's target, the kernel dataplane's pod -> ClusterIP (the same DNAT on a node
   namespace of its own, testbed/pods' kernel driver).
 What it makes (the pods' VRF 9, 10.247.1.0/24, the ClusterIPs 10.247.250.1-2, the interconnect
@@ -46,6 +48,7 @@ KUBE_PROXY_VIP, CNAT_VIP = "10.247.250.1", "10.247.250.2"
 ROWS = ("VPP: pod -> pod", "VPP: pod -> ClusterIP, kube-proxy detour",
         "VPP: pod -> ClusterIP, cnat in VPP")
 KERNEL_ROW = "kernel dataplane: pod -> ClusterIP (DNAT on the node)"
+PLAIN_ROW = "VPP: pod -> pod, cnat off on both interfaces"
 
 
 def measure(socket: str, seconds: int, runs: int) -> dict[str, list[float]]:
@@ -63,7 +66,7 @@ def measure(socket: str, seconds: int, runs: int) -> dict[str, list[float]]:
         dp.start()
         stack.callback(dp.close)
         stack.callback(dp.teardown)
-        pods = []
+        pods, interfaces = [], []
         for i in (10, 11):
             netns = stack.enter_context(named_netns("tbs"))
             pod = vpp_pod(netns, f"{PODS[i]}/32")
@@ -71,6 +74,7 @@ def measure(socket: str, seconds: int, runs: int) -> dict[str, list[float]]:
             stack.callback(dp.detach, pod, wiring)
             pod_netns.configure(pod, wiring.gateway_mac)
             pods.append(pod)
+            interfaces.append(int(wiring.extra["sw_if_index"]))
         a, b = pods
         backend = str(b.addresses[0].ip)
         subprocess.run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True)
@@ -84,13 +88,23 @@ def measure(socket: str, seconds: int, runs: int) -> dict[str, list[float]]:
         services.apply({key: Translation(key, (Backend(b.addresses[0].ip, IPERF_PORT),))})
         stack.callback(services.apply, {})
         kernel = stack.enter_context(_kernel_service())
-        out[KERNEL_ROW] = []
+        out[KERNEL_ROW], out[PLAIN_ROW] = [], []
         for _ in range(runs):
             for row, connect in zip(ROWS, ("", KUBE_PROXY_VIP, CNAT_VIP), strict=True):
                 out[row].append(_gbps(iperf(a.netns, b.netns, backend, [], seconds,
                                             connect=connect)))
             out[KERNEL_ROW].append(kernel(seconds))
+            _cnat(dp, interfaces, False)  # what cnat's per-flow sessions cost pod to pod
+            try:
+                out[PLAIN_ROW].append(_gbps(iperf(a.netns, b.netns, backend, [], seconds)))
+            finally:
+                _cnat(dp, interfaces, True)
     return out
+
+
+def _cnat(dp: VppDataplane, interfaces: list[int], on: bool) -> None:
+    for sw in interfaces:
+        dp.api.call("feature_cnat_enable_disable", sw_if_index=sw, enable_disable=on)
 
 
 def _gbps(result: dict[str, object]) -> float:
