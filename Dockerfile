@@ -11,6 +11,7 @@ COPY agent agent
 COPY cni_client cni_client
 COPY ipam ipam
 COPY policy policy
+COPY services services
 COPY protos protos
 COPY vswitchctl vswitchctl
 RUN pip3 install --break-system-packages --no-cache-dir .

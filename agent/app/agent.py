@@ -253,7 +253,7 @@ class Agent:
         if self.cluster is not None:  # a restarted VPP lost the node mesh too
             self.cluster.controller.resync_now()
         if self.kube is not None:  # and its ACLs; repaired pods may have new interfaces
-            self.kube.controller.changed("dataplane")
+            self.kube.dataplane_changed()
         self.repair_report = {
             "generation": generation,
             "seconds": round(time.monotonic() - started, 4),

@@ -80,6 +80,8 @@ class AgentConfig:
     # mesh), or VPP's own tunnels (docs/vpp.md, "The node mesh with VPP")
     vxlan_owner: str = "linux"
     kube_config: str = ""  # "": the pod's service account when in a pod, else no API
+    # who translates pods' ClusterIP traffic: kube-proxy on the node, or VPP's cnat plugin
+    service_translation: str = "kube-proxy"
     node_removal_grace: int = 300  # seconds a node may lack its Node before it is freed
     # Contiv's.
     nat_external_traffic: bool = True
@@ -212,6 +214,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("VXLANVNI", "vxlan_vni", parsers.int_range(1, 2**24 - 1)),
         ("VXLANOwner", "vxlan_owner", parsers.vxlan_owner),
         ("KubeConfig", "kube_config", parsers.abs_path),
+        ("ServiceTranslation", "service_translation", parsers.service_translation),
         ("NodeRemovalGrace", "node_removal_grace", parsers.int_range(0, 7 * 24 * 3600)),
     ]
 }
@@ -337,6 +340,7 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
         raise ConfigError(f"IPAMConfig.{exc.key}", exc.value, exc.reason) from exc
     warnings.extend(ipam_warnings)
     _check_etcd_tls(values)
+    parsers.check_service_translation(values)
     binds, http_warnings = parsers.http_binds(values.get("http_address", AgentConfig.http_address),
                                        values.get("node_ip", ""), env)
     values["http_binds"] = binds

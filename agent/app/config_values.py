@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 
@@ -212,6 +213,30 @@ def vxlan_owner(key: str, v: object) -> str:
     if v not in ("linux", "vpp"):
         raise ConfigError(key, v, "must be 'linux' or 'vpp'")
     return str(v)
+
+
+def service_translation(key: str, v: object) -> str:
+    if v not in ("kube-proxy", "vpp"):
+        raise ConfigError(key, v, "must be 'kube-proxy' or 'vpp'")
+    return str(v)
+
+
+def check_service_translation(values: Mapping[str, Any]) -> None:
+    """`ServiceTranslation: vpp` needs VPP, its pods' FIB in table 0 (cnat looks the backends
+    up there) and the mesh through the VPP-host interconnect (cnat's return path for a backend
+    on another node is enabled there). Its Kubernetes API is checked when the agent starts."""
+    if values.get("service_translation") != "vpp":
+        return
+    if values.get("dataplane") != "vpp":
+        raise ConfigError("ServiceTranslation", "vpp", "needs Dataplane: vpp (the kernel "
+                          "dataplane leaves Services to kube-proxy)")
+    if values.get("main_vrf_id", 0) != 0:
+        raise ConfigError("ServiceTranslation", "vpp", f"needs MainVRFID: 0 (not "
+                          f"{values['main_vrf_id']}): VPP's cnat resolves backends in table 0")
+    if values.get("vxlan_owner") == "vpp" and not values.get("use_l2_interconnect"):
+        raise ConfigError("ServiceTranslation", "vpp", "needs VXLANOwner: linux (or "
+                          "UseL2Interconnect): answers from another node's backends must "
+                          "enter VPP through the VPP-host interconnect")
 
 
 def ifname(key: str, v: object) -> str:

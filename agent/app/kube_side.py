@@ -1,6 +1,7 @@
 """What the agent does with the Kubernetes API, built from the config: the cache (agent/kube),
 NetworkPolicy (the renderers the dataplane needs and the controller between them and the cache,
-agent/netpol) and the collection of nodes deleted from the API (agent/cluster/node_gc).
+agent/netpol), the collection of nodes deleted from the API (agent/cluster/node_gc) and, with
+`ServiceTranslation: vpp`, ClusterIP translation in VPP (agent/clusterip, app/services_vpp).
 
 The Kubernetes API is `KubeConfig` (a kubeconfig file) or, with that key unset, the pod's
 service account when the agent runs in a pod (KUBERNETES_SERVICE_HOST, as the DaemonSet does).
@@ -25,6 +26,7 @@ from typing import Any
 
 from agent.app.config import AgentConfig
 from agent.cluster.node_gc import NodeCollector
+from agent.clusterip.controller import ClusterIPController
 from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
 from agent.kube.api import KubeApi
@@ -43,6 +45,7 @@ from policy.model import IPAddress, IPNetwork
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+SERVICE_KINDS = ("services", "endpointslices")
 
 
 def kube_config(cfg: AgentConfig, env: Mapping[str, str]) -> str | None:
@@ -118,10 +121,12 @@ class KubeSide:
     is in the registry), their metrics."""
 
     def __init__(self, kube: KubeState, controller: PolicyController,
-                 table: NftPolicy | None = None) -> None:
+                 table: NftPolicy | None = None,
+                 clusterip: ClusterIPController | None = None) -> None:
         self.kube = kube
         self.controller = controller
         self.table = table
+        self.clusterip = clusterip  # ServiceTranslation: vpp
         self.collector: SupervisedLoop | None = None
 
     @classmethod
@@ -130,14 +135,25 @@ class KubeSide:
               env: Mapping[str, str] | None = None) -> KubeSide | None:
         """None (logged once) when there is no Kubernetes API to read."""
         source = kube_config(cfg, os.environ if env is None else env)
+        translate = cfg.service_translation == "vpp"
+        if source is None and translate:
+            raise InvalidConfig("ServiceTranslation: vpp needs the Kubernetes API (its "
+                                "Services and EndpointSlices)", "set KubeConfig, run the agent "
+                                "in a pod with its service account, or use kube-proxy")
         if source is None:
             log.info("NetworkPolicy is off: no Kubernetes API (set KubeConfig, or run the agent "
                      "in a pod with its service account)")
             return None
-        woken: list[PolicyController] = []  # the cache wakes the controller made after it
+        woken: list[PolicyController | ClusterIPController] = []  # the controllers made after
+
+        def wake(kind: str) -> None:
+            for controller in woken:  # NetworkPolicy reads no Service
+                if isinstance(controller, ClusterIPController) or kind not in SERVICE_KINDS:
+                    controller.changed(kind)
+
         try:
-            kube = KubeState(source or None, registry=metrics.registry,
-                             on_change=lambda kind: woken[0].changed(kind) if woken else None)
+            kube = KubeState(source or None, registry=metrics.registry, services=translate,
+                             on_change=wake)
         except KubeError as exc:  # an unreadable kubeconfig or service account: said, no trace
             where = f"KubeConfig {cfg.kube_config}" if source else "the pod's service account"
             raise InvalidConfig(f"cannot read the Kubernetes API's config from {where}: {exc}",
@@ -164,15 +180,30 @@ class KubeSide:
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs
 
             renderers.append(vpp_renderer(dataplane, cfg.vpp_api_socket,
-                                          [cfg.ipam.service_cidr], exempt, other_nodes))
+                                          [cfg.ipam.service_cidr], exempt, other_nodes,
+                                          services_in_vpp=translate))
         controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records,
                                       remote_ingress=vpp)
         woken.append(controller)
-        side = cls(kube, controller, table)
+        clusterip = None
+        if translate:
+            from agent.app.services_vpp import clusterip_controller
+
+            clusterip = clusterip_controller(kube, dataplane, cfg.node_name, networks, records)
+            woken.append(clusterip)
+            log.info("ClusterIPs translated by VPP's cnat plugin (ServiceTranslation: vpp)")
+        side = cls(kube, controller, table, clusterip)
         side._gauges(metrics)
         log.info("NetworkPolicy on: Kubernetes API %s, rendered by %s", kube.api.server,
                  ", ".join(r.name for r in renderers))
         return side
+
+    def dataplane_changed(self) -> None:
+        """VPP reconnected: its ACLs and translations are gone, repaired pods may have new
+        interfaces."""
+        self.controller.changed("dataplane")
+        if self.clusterip is not None:
+            self.clusterip.changed("dataplane")
 
     def collect_nodes(self, registry: Registry, local_name: str, grace: float) -> None:
         """Frees the registry entries of nodes deleted from the API (agent/cluster/node_gc)."""
@@ -187,6 +218,8 @@ class KubeSide:
     def start(self) -> None:
         self.kube.start()
         self.controller.start()
+        if self.clusterip is not None:
+            self.clusterip.start()
         if self.collector is not None:
             self.collector.start()
 
@@ -194,6 +227,8 @@ class KubeSide:
         if self.collector is not None:
             self.collector.stop()
         self.controller.stop()
+        if self.clusterip is not None:
+            self.clusterip.stop()
         self.kube.stop()
         if self.table is not None:
             self.table.close()

@@ -18,13 +18,16 @@ from policy.model import IPAddress, IPNetwork
 
 def vpp_renderer(dataplane: Any, api_socket: str, service_cidrs: list[IPNetwork],
                  exempt: list[IPAddress],
-                 cluster_nodes: Callable[[], Iterable[IPAddress | IPNetwork]]) -> PerPod:
+                 cluster_nodes: Callable[[], Iterable[IPAddress | IPNetwork]],
+                 services_in_vpp: bool = False) -> PerPod:
     """`dataplane`: the VPP driver (its API connection is shared); VPP's stats segment is read
     from the socket beside the API socket (VPP's default /run/vpp/stats.sock).
+    `services_in_vpp`: ServiceTranslation vpp (a pod's hairpin stays in VPP).
     `cluster_nodes`: every node's IP (the Kubernetes Nodes' InternalIPs): a Service connection
     from another node's pod arrives masqueraded to that node's IP, judged there already."""
     stats = StatsSegment(os.path.join(os.path.dirname(api_socket), "stats.sock"))
-    acls = VppPolicy(dataplane.api, service_cidrs, exempt, stats=stats)
+    acls = VppPolicy(dataplane.api, service_cidrs, exempt, stats=stats,
+                     self_egress=services_in_vpp)
 
     def current() -> None:
         acls.judged_nodes = tuple(sorted(set(cluster_nodes()) - set(exempt), key=str))

@@ -67,6 +67,7 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         pod_link_prefix=f"{cfg.host_interface_prefix}p",
         spare_link_prefix=f"{cfg.host_interface_prefix}s",
         pod_pool=cfg.vpp_pod_pool,
+        cnat=cfg.service_translation == "vpp",
         route_cluster=cfg.vxlan_in_vpp,
         cluster_pod_nets=tuple(n for n in (cfg.ipam.pod_subnet_cidr, cfg.ipam.pod_subnet_v6_cidr)
                                if n is not None),

@@ -1,4 +1,4 @@
-"""The pure part of the reflector: the four kinds, their keys, a Node's value, and one watch
+"""The pure part of the reflector: the kinds, their keys, a Node's value, and one watch
 event of the API (its JSON, decoded) as the Put/Delete/Bookmark the list+watch consumes.
 
 A watch event maps as agent/infra/listwatch says: ADDED and MODIFIED -> Put (or Delete when the
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import policy
+import services
 from agent.infra.watchstream import Bookmark, Delete, Event, Put, WatchExpired
 
 V = TypeVar("V")
@@ -105,6 +106,12 @@ POLICIES: Kind[policy.NetworkPolicy] = Kind(
     "networkpolicies", "/apis/networking.k8s.io/v1/networkpolicies", True,
     policy.policy_from_k8s)
 NODES: Kind[KubeNode] = Kind("nodes", "/api/v1/nodes", False, node_from_k8s)
+# Watched only when the agent translates ClusterIPs itself (ServiceTranslation: vpp)
+SERVICES: Kind[services.Service] = Kind("services", "/api/v1/services", True,
+                                        services.service_from_k8s)
+ENDPOINTSLICES: Kind[services.EndpointSlice] = Kind(
+    "endpointslices", "/apis/discovery.k8s.io/v1/endpointslices", True,
+    services.endpointslice_from_k8s)
 
 
 def key_of(obj: Mapping[str, object]) -> Key:

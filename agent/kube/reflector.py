@@ -1,9 +1,11 @@
-"""KubeState: the cluster's Pods, Namespaces, NetworkPolicies and Nodes, cached on the node.
+"""KubeState: the cluster's Pods, Namespaces, NetworkPolicies and Nodes (with `services=True`
+also Services and EndpointSlices), cached on the node.
 
     state = KubeState(kubeconfig=None, resync=300.0, on_change=lambda kind: ...)
-    state.start()                  # four list+watches, one thread each (+ a reader per watch)
+    state.start()                  # a list+watch per kind, one thread each (+ a reader per watch)
     state.wait_synced(10.0)        # True once every kind was listed once
     state.pods(), .namespaces(), .policies(), .nodes()      copies of the caches
+    state.services(), .endpoint_slices()                    (with services=True)
     state.pod("web", "db")         the cache, else ONE bounded GET (the CNI ADD's pod)
     state.error                    why the last round of some kind failed ("" when none did)
     state.stop()
@@ -32,13 +34,16 @@ from urllib.parse import quote
 from prometheus_client import CollectorRegistry, Counter
 
 import policy
+import services as svc
 from agent.infra.listwatch import Change, Handler, ListWatch, Relist
 from agent.kube.api import KubeApi
 from agent.kube.objects import (
+    ENDPOINTSLICES,
     NAMESPACES,
     NODES,
     PODS,
     POLICIES,
+    SERVICES,
     Key,
     Kind,
     KubeError,
@@ -83,7 +88,7 @@ class _Notify(Handler[Key, Any, str]):
 
 
 class KubeState:
-    """The four caches of the cluster's state, and the one GET of a pod the caches lack."""
+    """The caches of the cluster's state, and the one GET of a pod the caches lack."""
 
     def __init__(
         self,
@@ -95,12 +100,14 @@ class KubeState:
         get_timeout: float = 2.0,
         backoff: tuple[float, float] = (0.5, 10.0),
         registry: CollectorRegistry | None = None,
+        services: bool = False,
     ) -> None:
         """`kubeconfig`: a kubeconfig file, or None for the pod's service account (raises
         KubeError when that config cannot be read; no request is made before start()).
         `resync`: seconds between relists of a kind; `watch_timeout`: the least timeoutSeconds
         of a watch; `get_timeout`: the bound of `pod()`'s GET; `registry`: where the counters
-        go (the agent's metrics registry; a private one when None)."""
+        go (the agent's metrics registry; a private one when None); `services`: Services and
+        EndpointSlices too (the agent translates ClusterIPs itself)."""
         self.api = KubeApi(kubeconfig)
         self.get_timeout = get_timeout
         registry = registry if registry is not None else CollectorRegistry()
@@ -115,6 +122,8 @@ class KubeState:
         self._sources: dict[str, KubeSource[Any]] = {}
         self._watches: dict[str, ListWatch[Key, Any, str]] = {}
         kinds: tuple[Kind[Any], ...] = (PODS, NAMESPACES, POLICIES, NODES)
+        if services:
+            kinds += (SERVICES, ENDPOINTSLICES)
         for kind in kinds:
             refused.labels(kind.name)  # every kind's series from the start, at 0
             lists.labels(kind.name)
@@ -155,7 +164,7 @@ class KubeState:
         return all(w.synced.is_set() for w in self._watches.values())
 
     def wait_synced(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout  # one bound for all four waits
+        deadline = time.monotonic() + timeout  # one bound for all the waits
         return all(w.synced.wait(max(0.0, deadline - time.monotonic()))
                    for w in self._watches.values())
 
@@ -186,6 +195,15 @@ class KubeState:
 
     def nodes(self) -> dict[str, KubeNode]:
         return {k[1]: v for k, v in self._watches[NODES.name].items().items()}
+
+    def services(self) -> dict[tuple[str, str], svc.Service]:
+        """By (namespace, name); empty unless built with services=True."""
+        watch = self._watches.get(SERVICES.name)
+        return dict(watch.items()) if watch is not None else {}
+
+    def endpoint_slices(self) -> dict[tuple[str, str], svc.EndpointSlice]:
+        watch = self._watches.get(ENDPOINTSLICES.name)
+        return dict(watch.items()) if watch is not None else {}
 
     def pod(self, namespace: str, name: str) -> policy.Pod | None:
         """The pod from the cache; on a miss ONE GET of it (bounded by `get_timeout`), since

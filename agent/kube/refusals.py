@@ -8,7 +8,10 @@ What leaving out means for enforcement, per kind:
   allow its traffic by selector do not (it fails closed for its peers);
 - a Namespace: its pods look as if it had only the `kubernetes.io/metadata.name` label, so a
   namespaceSelector on other labels does not match them;
-- a Node: its addresses are not exempt on its pods (the kubelet's probes may be blocked).
+- a Node: its addresses are not exempt on its pods (the kubelet's probes may be blocked);
+- a Service: not translated in VPP (kube-proxy on the node still translates it);
+- an EndpointSlice: its endpoints are no backends of the VPP translation (a Service with no
+  other slice is left to kube-proxy).
 
 The counter `vswitch_cni_kube_refused_objects_total{kind}` counts refusals: an object counts
 again only when its error changes (each new resourceVersion that is still refused for the same

@@ -329,3 +329,19 @@ def test_the_interconnect_gets_rings_of_its_own() -> None:
     odd = parse({"Dataplane": "vpp", "AfPacketHostTxFrames": 3}, env={})
     with pytest.raises(InvalidConfig, match="AfPacketHostTxFrames=3"):
         vpp_config(odd, node_networks(odd.ipam, 1))
+
+
+def test_service_translation_needs_vpp_table_0_and_the_interconnect() -> None:
+    vpp = {"NodeName": "n", "Dataplane": "vpp"}
+    assert parse(vpp).service_translation == "kube-proxy"
+    assert parse({**vpp, "ServiceTranslation": "vpp"}).service_translation == "vpp"
+    assert parse({**vpp, "ServiceTranslation": "vpp", "VXLANOwner": "vpp",
+                  "UseL2Interconnect": True}).service_translation == "vpp"
+    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'ipvs'.*'kube-proxy' or"):
+        parse({**vpp, "ServiceTranslation": "ipvs"})
+    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*Dataplane: vpp"):
+        parse({"NodeName": "n", "ServiceTranslation": "vpp"})
+    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*MainVRFID: 0"):
+        parse({**vpp, "ServiceTranslation": "vpp", "MainVRFID": 2})
+    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*VXLANOwner: linux"):
+        parse({**vpp, "ServiceTranslation": "vpp", "VXLANOwner": "vpp"})

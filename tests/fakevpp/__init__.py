@@ -15,6 +15,7 @@ the handlers (handlers.py) follow VPP's rules and retvals.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 from tests.fakevpp.codec import load_schema
 from tests.fakevpp.handlers import Handlers
 from tests.fakevpp.server import SocketServer, make_dispatch
-from tests.fakevpp.state import ANY, Interface, Route, State
+from tests.fakevpp.state import ANY, CnatState, Interface, Route, State
 from tests.fakevpp.tapdev import delete_tap_host
 
 __all__ = ["ANY", "API_DIR", "FakeVPP", "Interface", "Route"]
@@ -148,6 +149,11 @@ class FakeVPP:
         """(per-rule counters on, session reclassification on)."""
         with self.lock:
             return self.state.acl.counters_enabled, self.state.acl.reclassify_sessions
+
+    def cnat(self) -> CnatState:
+        """A copy of the cnat plugin's state (translations, SNAT entry, tables, features)."""
+        with self.lock:
+            return copy.deepcopy(self.state.cnat)
 
     def snapshot(self) -> dict[str, Any]:
         """A comparable picture of the whole state (for "nothing changed" assertions)."""

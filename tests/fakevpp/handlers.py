@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from tests.fakevpp.acl import AclHandlers
+from tests.fakevpp.cnat import CnatHandlers
 from tests.fakevpp.l2 import L2Handlers
 from tests.fakevpp.state import (
     ADMIN_UP,
@@ -29,9 +30,9 @@ Fields = dict[str, Any]
 AF_PACKET_DEV_TYPE = "af-packet"  # VPP's af_packet device class name, its interface_dev_type
 
 
-class Handlers(L2Handlers, AclHandlers):
-    """The interface, IP, neighbor, af_packet and tap messages (L2 and VXLAN: l2.py; the acl
-    plugin and the CLI: acl.py)."""
+class Handlers(L2Handlers, CnatHandlers, AclHandlers):
+    """The interface, IP, neighbor, af_packet and tap messages (L2 and VXLAN: l2.py; cnat and
+    the FIB summaries of the CLI: cnat.py; the acl plugin and the rest of the CLI: acl.py)."""
 
     def __init__(
         self, state: State, tap_works: bool, json_text: str, netns: str = "",

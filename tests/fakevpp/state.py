@@ -118,6 +118,19 @@ class AclState:
     reclassify_sessions: bool = False
 
 
+@dataclass
+class CnatState:
+    """The cnat plugin's (tests/fakevpp/cnat.py): translations by id (freed ids reused, newest
+    first), the SNAT policy entry, the policy's interface tables, feature counts."""
+
+    translations: dict[int, Any] = field(default_factory=dict)  # id -> decoded translation
+    free: list[int] = field(default_factory=list)
+    snat: dict[str, Any] = field(default_factory=dict)  # {} until cnat_set_snat_addresses*
+    policy: int | None = None
+    if_tables: dict[int, set[int]] = field(default_factory=dict)  # table -> sw_if_indexes
+    features: dict[int, int] = field(default_factory=dict)  # sw_if_index -> times enabled
+
+
 def random_mac() -> str:
     # VPP gives virtual interfaces locally administered 02:fe:.. addresses.
     tail = [random.randrange(256) for _ in range(4)]
@@ -138,6 +151,7 @@ class State:
         self.bridge_domains: dict[int, BridgeDomain] = {}
         self.tunnels: dict[int, Tunnel] = {}  # by sw_if_index
         self.acl = AclState()
+        self.cnat = CnatState()
         self.next_index = 0
         self.add_interface("local0", "local", "00:00:00:00:00:00")
 
@@ -170,6 +184,7 @@ class State:
                 other.unnumbered_to = None
         self.tunnels.pop(sw_if_index, None)
         self.acl.lists.pop(sw_if_index, None)  # the acl plugin unapplies them itself
+        self.cnat.features.pop(sw_if_index, None)
         for bd in self.bridge_domains.values():
             bd.members.pop(sw_if_index, None)
             # learned entries go; static ones stay, naming the dead interface (seen on a

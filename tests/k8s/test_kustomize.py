@@ -11,8 +11,9 @@ Test plan:
   versions;
 - the base renders exactly its four manifests (the kustomization adds and changes nothing);
 - RBAC, in every kustomization: the agent's ClusterRole is exactly get/list/watch on pods,
-  namespaces, nodes and networking.k8s.io networkpolicies (read-only, nothing more), bound to the
-  ServiceAccount the DaemonSet runs as, in the DaemonSet's namespace;
+  namespaces, nodes, services, discovery.k8s.io endpointslices and networking.k8s.io
+  networkpolicies (read-only, nothing more), bound to the ServiceAccount the DaemonSet runs
+  as, in the DaemonSet's namespace;
 - vpp: the vswitch pod runs the agent and VPP; VPP's startup config is the config map's
   vpp.conf, whose API socket is the agent's VPPAPISocket, in an emptyDir both mount (no hostPath
   left); NODE_IP still comes from the downward API; hugepages only in the hugepages overlay;
@@ -108,7 +109,8 @@ def test_the_agent_may_read_exactly_what_the_reflector_watches(name: str) -> Non
                      for rule in role["rules"] for group in rule["apiGroups"]
                      for resource in rule["resources"])
     assert granted == [("", "namespaces", tuple(READ)), ("", "nodes", tuple(READ)),
-                       ("", "pods", tuple(READ)),
+                       ("", "pods", tuple(READ)), ("", "services", tuple(READ)),
+                       ("discovery.k8s.io", "endpointslices", tuple(READ)),
                        ("networking.k8s.io", "networkpolicies", tuple(READ))]
     assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"])
     assert [d for d in docs if d["kind"] in ("Role", "RoleBinding")] == []

@@ -2,7 +2,8 @@
 
 Test plan:
 - no config: a kubeconfig that is not there, or no in-cluster service account -> KubeError at
-  construction, naming what is missing;
+  construction, naming what is missing; `ServiceTranslation: vpp` without any API is refused
+  at start (InvalidConfig naming the key), while NetworkPolicy alone is just off;
 - an API server that refuses connections: never synced, `error` says why for every kind, the
   caches stay empty, pod() answers None within its bound, stop() is quick and leaves no thread.
 """
@@ -16,8 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent.app.config import parse
+from agent.app.kube_side import KubeSide
+from agent.infra.metrics import Metrics
 from agent.kube.objects import KubeError
 from agent.kube.reflector import KubeState
+from agent.model.errors import InvalidConfig
+from ipam import node_networks
 from testbed.etcd import free_port
 from testbed.pki import Pki
 
@@ -28,6 +34,15 @@ def test_no_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubeError, match="in-cluster service account"):
         KubeState(None)
+
+
+def test_service_translation_without_an_api_is_refused() -> None:
+    cfg = parse({"NodeName": "n", "Dataplane": "vpp", "ServiceTranslation": "vpp"})
+    networks = node_networks(cfg.ipam, 1)
+    with pytest.raises(InvalidConfig, match="ServiceTranslation: vpp needs the Kubernetes API"):
+        KubeSide.build(cfg, networks, "", None, list, Metrics(), env={})
+    off = parse({"NodeName": "n", "Dataplane": "vpp"})
+    assert KubeSide.build(off, networks, "", None, list, Metrics(), env={}) is None
 
 
 def test_an_api_server_that_is_not_there(tmp_path: Path) -> None:

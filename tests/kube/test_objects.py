@@ -25,10 +25,12 @@ from prometheus_client import CollectorRegistry, Counter
 import policy
 from agent.infra.watchstream import Bookmark, Delete, Put, WatchExpired
 from agent.kube.objects import (
+    ENDPOINTSLICES,
     NAMESPACES,
     NODES,
     PODS,
     POLICIES,
+    SERVICES,
     Key,
     KubeError,
     KubeNode,
@@ -148,7 +150,7 @@ def test_the_shipped_role_names_exactly_the_kinds_watched() -> None:
     granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"]
                for resource in rule["resources"]}
     watched = set()
-    for kind in (PODS, NAMESPACES, POLICIES, NODES):
+    for kind in (PODS, NAMESPACES, POLICIES, NODES, SERVICES, ENDPOINTSLICES):
         parts = kind.path.strip("/").split("/")  # api/v1/pods, apis/GROUP/v1/networkpolicies
         watched.add(("" if parts[0] == "api" else parts[1], parts[-1]))
     assert granted == watched

@@ -4,9 +4,9 @@ VSWITCH_TEST_KUBE_APISERVER).
 Test plan:
 - it suffices: every other test in tests/kube runs the reflector as a user bound to this role
   only (lists, watches with bookmarks, the pod GET); here, the server's own access review says
-  get, list and watch are allowed on the four kinds, also within one namespace;
+  get, list and watch are allowed on the six kinds, also within one namespace;
 - nothing more: writes to those kinds, their subresources (a node's or a pod's status) and other
-  kinds (secrets, config maps, services) are denied.
+  kinds (secrets, config maps, endpoints) are denied.
 (tests/kube/test_objects checks offline that the role names exactly the kinds watched.)
 """
 
@@ -19,7 +19,8 @@ from tests.kube.conftest import USER, needs_apiserver
 
 pytestmark = needs_apiserver
 
-KINDS = [("", "pods"), ("", "namespaces"), ("", "nodes"), ("networking.k8s.io", "networkpolicies")]
+KINDS = [("", "pods"), ("", "namespaces"), ("", "nodes"), ("networking.k8s.io", "networkpolicies"),
+         ("", "services"), ("discovery.k8s.io", "endpointslices")]
 
 
 def allowed(api: KubeApiServer, verb: str, group: str, resource: str, namespace: str = "",
@@ -50,7 +51,7 @@ def test_the_role_allows_nothing_else(apiserver: KubeApiServer) -> None:
     assert not allowed(apiserver, "get", "", "nodes", subresource="status")
     assert not allowed(apiserver, "update", "", "pods", "default", subresource="status")
     assert not allowed(apiserver, "create", "", "pods", "default", subresource="exec")
-    for group, resource in [("", "secrets"), ("", "configmaps"), ("", "services"),
+    for group, resource in [("", "secrets"), ("", "configmaps"), ("", "endpoints"),
                             ("", "serviceaccounts"), ("apps", "daemonsets"),
                             ("rbac.authorization.k8s.io", "clusterroles")]:
         assert not allowed(apiserver, "list", group, resource), resource

@@ -24,8 +24,8 @@ from testbed import tools
 from testbed.tools import REPO
 
 CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-SHIPPED = ["agent", "cni_client", "ipam", "policy", "vswitchctl", "testbed", "benchmarks", "protos",
-           "demo.py", "demo_cluster.py"]
+SHIPPED = ["agent", "cni_client", "ipam", "policy", "services", "vswitchctl", "testbed",
+           "benchmarks", "protos", "demo.py", "demo_cluster.py"]
 OWN_PROGRAMS = {"vswitch-cni", "vswitch-agent", "vswitchctl"}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from testbed.tools import REPO
 
 MAX_LINES = 400
-SHIPPED = ["agent", "ipam", "policy", "cni_client", "vswitchctl", "protos", "testbed"]
+SHIPPED = ["agent", "ipam", "policy", "services", "cni_client", "vswitchctl", "protos", "testbed"]
 
 
 def _modules() -> list[Path]:

@@ -15,8 +15,8 @@ from tests.fakevpp import API_DIR
 from tests.fakevpp.codec import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
-SCANNED = ["tests", "testbed", "benchmarks", "agent", "cni_client", "ipam", "policy", "vswitchctl",
-           "demo.py", "demo_cluster.py", "Makefile", ".ci"]
+SCANNED = ["tests", "testbed", "benchmarks", "agent", "cni_client", "ipam", "policy", "services",
+           "vswitchctl", "demo.py", "demo_cluster.py", "Makefile", ".ci"]
 # Written in pieces so that this file does not match itself.
 OUTSIDE = re.compile("/" + "work/" + r"|\.\./" + "shared" + "|shared/" + "vpp-api")
 

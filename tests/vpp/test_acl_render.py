@@ -189,3 +189,17 @@ def test_tags_name_the_pod_and_fit_vpp() -> None:
     assert ar.tag(long_a, "in") == ar.tag(PodKey("n" * 63, "p" * 253), "in")  # recomputable
     for other in ("vswitch-cni/pod-gateway", "vswitch-cni/web/api-0/x", "other/web/a/in"):
         assert ar.parse_tag(other) is None
+
+
+def test_with_services_in_vpp_a_pod_may_send_to_itself() -> None:
+    """ServiceTranslation vpp: a hairpin connection is sent back to the pod by cnat before the
+    input ACL; the pod's own addresses pass it whatever its egress rules (tests/vpp/
+    test_cnat_real_vpp.py saw it dropped without)."""
+    deny = pp(egress=DirectionRules(True))
+    rules = ar.render(deny, OWN, SERVICES, NODE, self_egress=True)
+    assert rules is not None
+    own = [(r.action, r.src, r.dst) for r in rules.input if r.reason == "self"]
+    assert own == [(ar.PERMIT, V4, nets("10.1.1.5/32")[0]),
+                   (ar.PERMIT, V6, nets("fd00:1:1::5/128")[0])]
+    assert reasons(rules.input).index("self") < reasons(rules.input).index("default-deny")
+    assert "self" not in reasons(render(deny).input)  # kube-proxy: hairpin passes the node

@@ -102,8 +102,11 @@ class VppPolicy:
     """The VPP renderer of NetworkPolicy (see the module docstring)."""
 
     def __init__(self, api: VppApi, service_cidrs: Sequence[IPNetwork],
-                 node_addresses: Sequence[IPAddress], stats: AclCounters | None = None) -> None:
+                 node_addresses: Sequence[IPAddress], stats: AclCounters | None = None,
+                 self_egress: bool = False) -> None:
+        """`self_egress`: VPP translates Services (acl_render.render says why)."""
         self.api = api
+        self.self_egress = self_egress
         self.service_cidrs = tuple(service_cidrs)
         self.node_addresses = tuple(node_addresses)
         # Other nodes' IPs (and the VXLAN range with Linux's mesh), allowed in only
@@ -227,7 +230,7 @@ class VppPolicy:
 
     def _apply(self, key: PodKey, want: PodAcl, report: ApplyReport) -> None:
         rules = acl_render.render(want.policy, want.addresses, self.service_cidrs,
-                                  self.node_addresses, self.judged_nodes)
+                                  self.node_addresses, self.judged_nodes, self.self_egress)
         base = self._base(key)
         if rules is None:  # isolated in neither direction: no ACL at all
             if base in self._pods:

@@ -117,7 +117,8 @@ class PodRules:
 
 def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPNetwork],
            node_addresses: Sequence[IPAddress],
-           judged_nodes: Sequence[IPAddress | IPNetwork] = ()) -> PodRules | None:
+           judged_nodes: Sequence[IPAddress | IPNetwork] = (),
+           self_egress: bool = False) -> PodRules | None:
     """The pod's two ACLs, or None when no policy isolates it (no ACL at all).
 
     `own` are the pod's addresses, `node_addresses` the node's as the agent knows them (the
@@ -126,7 +127,9 @@ def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPN
     to that node's IP (the agent's service return path) after that node's nftables judged it
     with the client pod's own address, so VPP here must not judge it again by the node IP (a
     range: the VXLAN addresses, when Linux's VXLAN device carries the mesh and the masquerade
-    picks its address)."""
+    picks its address). `self_egress`: the input ACL permits the pod's own addresses too (VPP
+    translates Services: a pod reaching itself through one is sent to itself by VPP, after
+    cnat's translation and before this ACL)."""
     if not pod.ingress.isolated and not pod.egress.isolated:
         return None
     node = [_host(a) for a in sorted(set(node_addresses) | set(pod.node_addresses), key=_order)]
@@ -140,6 +143,9 @@ def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPN
     ingress += [AclRule(PERMIT, h, _any(h), reason=SELF)
                 for h in (_host(a) for a in sorted(set(own), key=_order))]
     ingress += nd
+    if self_egress:
+        egress += [AclRule(PERMIT, _any(h), h, reason=SELF)
+                   for h in (_host(a) for a in sorted(set(own), key=_order))]
     if pod.egress.isolated:
         egress += [AclRule(PERMIT_REFLECT, _any(c), c, reason=SERVICE)
                    for c in sorted(service_cidrs, key=_order)]

@@ -60,6 +60,9 @@ class VppConfig:
     # through VPP"): 5.2 MiB per node.
     host_rx_frames: int = 16  # AfPacketHostRxFrames
     host_tx_frames: int = 64  # AfPacketHostTxFrames
+    # ClusterIPs translated by VPP's cnat plugin (ServiceTranslation: vpp): its node setup at
+    # each connection, its feature on every pod interface (cnat_node.py)
+    cnat: bool = False
 
     @property
     def host_afpacket(self) -> RingOptions:

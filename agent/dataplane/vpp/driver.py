@@ -20,6 +20,7 @@ from agent.dataplane import UndoStack
 from agent.dataplane.vpp import (
     afpacket,
     base,
+    cnat_node,
     interfaces,
     ip,
     names,
@@ -86,6 +87,8 @@ class VppDataplane:
         needed = {"af_packet": "af_packet_create_v3"}
         if self.cfg.use_tap:
             needed["tap"] = "tap_create_v3"
+        if self.cfg.cnat:
+            needed["cnat"] = "cnat_translation_update"
         missing = [plugin for plugin, message in needed.items() if not self.api.has(message)]
         if missing:
             raise DataplaneFailure(
@@ -105,6 +108,9 @@ class VppDataplane:
             if self._base is None or self._base_generation != self.api.generation:
                 generation = self.api.generation
                 self._base = base.ensure_base(self.api, self.cfg)
+                if self.cfg.cnat:
+                    cnat_node.setup(self.api, self.cfg.pod_vrf_id, self.cfg.pod_subnets,
+                                    self._base.host_sw_if_index)
                 self._base_generation = generation
                 log.info("VPP base configuration in place (gateway sw_if_index %d)",
                          self._base.gateway_sw_if_index)
@@ -224,6 +230,8 @@ class VppDataplane:
             interfaces.set_unnumbered(self.api, sw, gateway)
             interfaces.set_mtu(self.api, sw, pod.mtu or self.cfg.mtu)
             interfaces.set_admin_up(self.api, sw)
+        if self.cfg.cnat:  # before the pod has routes: its first packet is translated
+            cnat_node.enable(self.api, sw)
         for addr in pod.addresses:
             self._add_pod_address(sw, addr.ip, port.pod_mac, undo)
 

@@ -1,0 +1,111 @@
+"""The ClusterIP controller: the renderer's translations kept equal to what the cluster's
+Services and EndpointSlices say (docs/vpp.md, "Services translated in VPP").
+
+One path: a SupervisedLoop ("clusterip") that, after a change of the cache's Services or
+EndpointSlices (woken, then a short `debounce` so that a rollout's burst of slice updates costs
+one apply), every `resync` seconds and after VPP reconnected, computes the translations
+(`services.translations`, this node's name for internalTrafficPolicy Local; ClusterIPs of the
+families the node's pods have) and gives them, with the node's pod interfaces, to the renderer,
+which diffs and changes only what changed. Until the cache has listed once nothing is applied:
+what VPP holds (it keeps its translations while the agent restarts) stays as it is. A failed
+apply (VPP away) is retried with the loop's backoff; the next apply after VPP came back makes
+every translation again.
+
+The request path never waits for it: a new pod's interface gets cnat from the driver in its
+ADD, and a new Service is translated within `debounce` plus one apply of its slices' arrival.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from agent.infra.loops import SupervisedLoop
+from agent.model.errors import TryAgainLater
+from services import EndpointSlice, Service, Translation, TranslationKey, translations
+
+log = logging.getLogger(__name__)
+
+KINDS = ("services", "endpointslices", "dataplane")  # what wakes the controller
+
+
+class ServiceSource(Protocol):
+    """The Kubernetes cache as the controller reads it (agent/kube/reflector.KubeState)."""
+
+    def services(self) -> Mapping[tuple[str, str], Service]: ...
+
+    def endpoint_slices(self) -> Mapping[tuple[str, str], EndpointSlice]: ...
+
+    def wait_synced(self, timeout: float) -> bool: ...
+
+
+class TranslationRenderer(Protocol):
+    """What installs translations (agent/dataplane/vpp/cnat.VppServices)."""
+
+    def apply(self, desired: Mapping[TranslationKey, Translation],
+              pod_interfaces: Iterable[int] = ()) -> Any: ...
+
+
+class ClusterIPController:
+    """This node's ClusterIP translations (see the module docstring)."""
+
+    def __init__(self, source: ServiceSource, renderer: TranslationRenderer, node: str,
+                 pod_interfaces: Callable[[], Iterable[int]], *, families: Iterable[int] = (4, 6),
+                 debounce: float = 0.05, resync: float = 30.0, sync_wait: float = 5.0) -> None:
+        self.source = source
+        self.renderer = renderer
+        self.node = node
+        self._pod_interfaces = pod_interfaces
+        self.families = frozenset(families)
+        self.debounce = debounce
+        self.sync_wait = sync_wait
+        self._synced = False
+        self._lock = threading.Lock()
+        self._desired: dict[TranslationKey, Translation] = {}
+        self.applies = 0
+        self.last_apply = 0.0  # time.time() of the last apply VPP took
+        self.loop = SupervisedLoop("clusterip", self.run_once, resync, immediately=True,
+                                   backoff=(0.2, 5.0), expected=(TryAgainLater,), log=log)
+
+    def start(self) -> None:
+        self.loop.start()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def changed(self, kind: str = "") -> None:
+        """The cache changed (in a watch thread), or VPP reconnected ("dataplane")."""
+        if kind in KINDS:
+            self.loop.wake()
+
+    def run_once(self) -> None:
+        if not self._synced:
+            if not self.source.wait_synced(self.sync_wait):
+                raise TryAgainLater("Service translation: the Kubernetes cache has not listed "
+                                    "yet; the translations in place stay as they are")
+            self._synced = True
+        if self.debounce:
+            time.sleep(self.debounce)
+        self.apply_all()
+
+    def desired(self) -> dict[TranslationKey, Translation]:
+        """The translations the cache asks for now."""
+        found = translations(self.source.services().values(),
+                             self.source.endpoint_slices().values(), self.node)
+        return {k: t for k, t in found.items() if k.vip.version in self.families}
+
+    def apply_all(self) -> None:
+        desired = self.desired()
+        self.renderer.apply(desired, list(self._pod_interfaces()))
+        with self._lock:
+            self._desired = desired
+            self.applies += 1
+            self.last_apply = time.time()
+
+    def installed(self) -> dict[TranslationKey, Translation]:
+        """What the last successful apply installed (for REST and metrics)."""
+        with self._lock:
+            return dict(self._desired)
