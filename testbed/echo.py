@@ -19,7 +19,7 @@ import queue
 import selectors
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from testbed.netns import entered
@@ -45,6 +45,22 @@ class Probe:
     server: str  # the address of the server that answered ("" when none did)
     client: str  # the client address the server saw
     detail: str
+
+
+def listeners(addresses: Iterable[str], port: int) -> list[tuple[socket.socket, socket.socket]]:
+    """A listening TCP socket and a bound UDP socket on `port` of each address, made in the
+    calling thread's namespace (the tests' own servers, which answer in their own way)."""
+    out = []
+    for addr in addresses:
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        tcp = socket.socket(family, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcp.bind((addr, port))
+        tcp.listen(8)
+        udp = socket.socket(family, socket.SOCK_DGRAM)
+        udp.bind((addr, port))
+        out.append((tcp, udp))
+    return out
 
 
 def probe(netns: str, proto: str, addr: str, port: int, timeout: float = TIMEOUT) -> Probe:

@@ -40,6 +40,7 @@ from agent.linux import hostnat, pod_netns
 from agent.model.pod import PodNetwork
 from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
 from policy.model import IPAddress
+from testbed.echo import listeners
 from testbed.netns import entered, named_netns, ping, unique
 from testbed.pods import vpp_pod
 
@@ -131,14 +132,7 @@ class Echo:
         self.socks: list[socket.socket] = []
         self.received: list[bytes] = []
         with entered(ns):
-            for addr in addresses:
-                family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-                tcp = socket.socket(family, socket.SOCK_STREAM)
-                tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                tcp.bind((addr, port))
-                tcp.listen(8)
-                udp = socket.socket(family, socket.SOCK_DGRAM)
-                udp.bind((addr, port))
+            for tcp, udp in listeners(addresses, port):
                 self.socks += [tcp, udp]
                 threading.Thread(target=self._accept, args=(tcp,), daemon=True).start()
                 threading.Thread(target=self._udp, args=(udp,), daemon=True).start()

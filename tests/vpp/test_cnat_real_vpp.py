@@ -45,6 +45,7 @@ from agent.linux import pod_netns
 from agent.model.pod import PodNetwork
 from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
 from services import Backend, Translation, TranslationKey
+from testbed.echo import listeners
 from testbed.netns import entered, named_netns, ping
 from testbed.pods import vpp_pod
 
@@ -126,14 +127,7 @@ class Peers:
         self.socks: list[socket.socket] = []
         self.seen: list[str] = []
         with entered(ns) if ns else contextlib.nullcontext():
-            for addr in addresses:
-                family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-                tcp = socket.socket(family, socket.SOCK_STREAM)
-                tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                tcp.bind((addr, port))
-                tcp.listen(8)
-                udp = socket.socket(family, socket.SOCK_DGRAM)
-                udp.bind((addr, port))
+            for tcp, udp in listeners(addresses, port):
                 self.socks += [tcp, udp]
                 threading.Thread(target=self._tcp, args=(tcp,), daemon=True).start()
                 threading.Thread(target=self._udp, args=(udp,), daemon=True).start()
