@@ -82,7 +82,7 @@ class Churn:
         self._sample(0)
         deadline = self._started + self.s.minutes * 60
         cycle = 0
-        while (not self._vpp_gone(cycle) and time.monotonic() < deadline
+        while (not self._vpp_gone() and time.monotonic() < deadline
                and (not self.s.cycles or cycle < self.s.cycles)):
             cycle += 1
             failed = self._cycle()
@@ -97,17 +97,20 @@ class Churn:
             self._sample(cycle)
         self.result.cycles = cycle
         self.result.seconds = time.monotonic() - self._started
-        if not self._vpp_gone(cycle):
+        if not self._vpp_gone():
             self._final_counts()
         return self.result
 
-    def _vpp_gone(self, cycle: int) -> bool:
+    def _vpp_gone(self) -> bool:
         """VPP stopped answering at the last sample: the run ends there, without leak counts
         (they would ask VPP), and says so."""
-        last = self.result.windows[-1].values if self.result.windows else {}
-        if last.get("vpp_answers", 1.0) != 0.0:
+        if not self.result.windows:
             return False
-        note = f"VPP stopped answering its API (sample at cycle {cycle}): the run ends there"
+        last = self.result.windows[-1]
+        if last.values.get("vpp_answers", 1.0) != 0.0:
+            return False
+        note = (f"VPP stopped answering its API (sample at cycle {last.cycle}): the run ends "
+                "there")
         if note not in self.result.details:
             self.result.details.append(note)
             self.log(f"{self.dataplane}: {note}")
