@@ -79,6 +79,9 @@ def wire(dp: KernelDataplane, pod: PodNetwork) -> Wiring:
         raise
 
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network  # ip_network()'s type
+
+
 def vpp_pod(netns: str, address: str, ifname: str = "eth0") -> PodNetwork:
     """A pod network with one address behind the VPP tests' gateway 10.1.1.1."""
     addr = ipaddress.ip_interface(address)
@@ -89,3 +92,11 @@ def vpp_pod(netns: str, address: str, ifname: str = "eth0") -> PodNetwork:
         gateways=(ipaddress.ip_address("10.1.1.1"),),
         mtu=1450,
     )
+
+
+def dual_stack_pod(netns: str, v4: IPNetwork, v6: IPNetwork, n: int) -> PodNetwork:
+    """A pod with host `n` of `v4` and of `v6` (/32 and /128), the subnets' hosts 1 its
+    gateways (the real-VPP tests' pods)."""
+    p = vpp_pod(netns, f"{v4[n]}/32")
+    return PodNetwork(p.key, netns, (*p.addresses, ipaddress.ip_interface(f"{v6[n]}/128")),
+                      (v4[1], v6[1]), p.mtu)

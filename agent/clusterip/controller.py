@@ -66,7 +66,6 @@ class ClusterIPController:
         self._lock = threading.Lock()
         self._desired: dict[TranslationKey, Translation] = {}
         self.applies = 0
-        self.last_apply = 0.0  # time.time() of the last apply VPP took
         self.loop = SupervisedLoop("clusterip", self.run_once, resync, immediately=True,
                                    backoff=(0.2, 5.0), expected=(TryAgainLater,), log=log)
 
@@ -103,7 +102,6 @@ class ClusterIPController:
         with self._lock:
             self._desired = desired
             self.applies += 1
-            self.last_apply = time.time()
 
     def installed(self) -> dict[TranslationKey, Translation]:
         """What the last successful apply installed (for REST and metrics)."""

@@ -42,7 +42,7 @@ from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
 from policy.model import IPAddress
 from testbed.echo import listeners
 from testbed.netns import entered, named_netns, ping, unique
-from testbed.pods import vpp_pod
+from testbed.pods import dual_stack_pod
 
 SOCKET = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
 STATS = os.environ.get("VSWITCH_TEST_VPP_STATS", "/run/vpp/stats.sock")
@@ -83,9 +83,7 @@ class Env:
 
 
 def dual(netns: str, n: int) -> PodNetwork:
-    p = vpp_pod(netns, f"{V4[n]}/32")
-    return PodNetwork(p.key, netns, (*p.addresses, ipaddress.ip_interface(f"{V6[n]}/128")),
-                      (V4[1], V6[1]), p.mtu)
+    return dual_stack_pod(netns, V4, V6, n)
 
 
 @pytest.fixture(scope="module")

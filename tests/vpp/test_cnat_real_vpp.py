@@ -47,7 +47,7 @@ from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
 from services import Backend, Translation, TranslationKey
 from testbed.echo import listeners
 from testbed.netns import entered, named_netns, ping
-from testbed.pods import vpp_pod
+from testbed.pods import dual_stack_pod
 
 SOCKET = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
 pytestmark = [
@@ -84,9 +84,7 @@ class Env:
 
 
 def dual(netns: str, n: int) -> PodNetwork:
-    p = vpp_pod(netns, f"{V4[n]}/32")
-    return PodNetwork(p.key, netns, (*p.addresses, ipaddress.ip_interface(f"{V6[n]}/128")),
-                      (V4[1], V6[1]), p.mtu)
+    return dual_stack_pod(netns, V4, V6, n)
 
 
 @pytest.fixture(scope="module")
