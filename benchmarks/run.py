@@ -26,23 +26,17 @@ from pathlib import Path
 
 from agent.dataplane.vpp.afpacket import RingOptions
 from benchmarks import (
-    add_path,
     agent_metrics,
     cni_bench,
     ipam_core,
     machine,
     mesh_scale,
-    mesh_traffic_report,
     nodeid,
     plugin_exec,
-    policy_compile,
-    policy_enforce_report,
-    policy_kernel,
     restart,
     scale_add,
     soak_report,
     traffic,
-    vpp_livelock,
 )
 from benchmarks.harness import (
     REPO,
@@ -234,12 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)
     results = run(QUICK if args.quick else FULL, "quick" if args.quick else "full", command)
-    # the soak's, the mesh traffic's and the policy benchmarks' sections are their own
+    # the marked sections (the soak's, mesh traffic's, the k8s tier's, ...) are their own
     # benchmarks' to write
-    kept = soak_report.kept_section(out) + "".join(
-        soak_report.kept_section(out, m.BEGIN, m.END)
-        for m in (mesh_traffic_report, policy_kernel, policy_compile, policy_enforce_report,
-                  add_path, vpp_livelock))
+    kept = soak_report.kept_sections(out)
     out.write_text(render(results) + (f"\n{kept}" if kept else ""))
     log(f"wrote {out} ({results.wall_s:.0f} s)")
     print(out)

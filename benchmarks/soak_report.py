@@ -16,6 +16,7 @@ appends it), `kept_section` hands it to benchmarks.run, which rewrites the rest 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -330,6 +331,20 @@ def kept_section(path: Path, begin: str = BEGIN, end_marker: str = END) -> str:
         return ""
     start, end = text.find(begin), text.find(end_marker)
     return text[start:end + len(end_marker)] + "\n" if 0 <= start < end else ""
+
+
+_MARKED = re.compile(r"<!-- ([a-z0-9-]+): begin .*?-->.*?<!-- \1: end -->", re.DOTALL)
+
+
+def kept_sections(path: Path) -> str:
+    """Every section of `path` between a `<!-- NAME: begin ...-->` and its `<!-- NAME: end -->`
+    (the benchmarks that write their own sections mark them so), in the file's order, markers
+    included; "" when there is none."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    return "".join(m.group(0) + "\n" for m in _MARKED.finditer(text))
 
 
 def write_section(path: Path, section: str, begin: str = BEGIN, end_marker: str = END) -> None:
