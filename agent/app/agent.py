@@ -39,7 +39,7 @@ from agent.infra.metrics import Metrics
 from agent.lifecycle.pods import PodManager
 from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import ReconcileReport, reconcile
-from agent.linux import hostnat
+from agent.linux import hostnat, rcu
 from agent.model.errors import CniError, Degraded, NotReady, TryAgainLater
 from agent.model.pod import PodRecord
 from agent.state.id_guard import BindingGuard
@@ -121,8 +121,11 @@ class Agent:
             self.node_id,
             [str(s) for s in self.networks.pod_subnets],
         )
+        # before the dataplane is made: VppPodPool's default follows the grace periods
+        wanted = cfg.expedite_kernel_rcu and cfg.dataplane == "vpp"
+        rcu_fast = rcu.expedite() if wanted else rcu.expedited()
         # made, not started: no I/O yet
-        self.dataplane = make_dataplane(cfg, self.networks, self.metrics)
+        self.dataplane = make_dataplane(cfg, self.networks, self.metrics, rcu_fast)
         # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
         # carry refuses the start. The VPP mesh shares the driver's connection.
         env = dict(os.environ)

@@ -70,7 +70,10 @@ class AgentConfig:
     # batches of every pod's receive ring (docs/vpp.md, "Where UDP is lost through VPP")
     afpacket_host_rx_frames: int = 16
     afpacket_host_tx_frames: int = 64
-    vpp_pod_pool: int = 4  # ready veth + AF_PACKET pairs (docs/vpp.md); 0: none
+    # ready veth + AF_PACKET pairs (docs/vpp.md); 0: none; unset: 4, or 0 where the kernel
+    # expedites RCU grace periods (agent/linux/rcu: a pair made in the ADD is faster then)
+    vpp_pod_pool: int | None = None
+    expedite_kernel_rcu: bool = False  # VPP dataplane: /sys/kernel/rcu_expedited = 1 at start
     interface_rx_mode: str = ""
     nat_excluded_cidrs: tuple[str, ...] = ()
     nat_table: str = "vswitch-cni"
@@ -198,6 +201,7 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("AfPacketHostRxFrames", "afpacket_host_rx_frames", parsers.int_range(2, 4096)),
         ("AfPacketHostTxFrames", "afpacket_host_tx_frames", parsers.int_range(2, 4096)),
         ("VppPodPool", "vpp_pod_pool", parsers.int_range(0, 64)),
+        ("ExpediteKernelRcu", "expedite_kernel_rcu", parsers.boolean),
         ("InterfaceRxMode", "interface_rx_mode", parsers.rx_mode),
         ("NatExternalTraffic", "nat_external_traffic", parsers.boolean),
         ("NatExcludedCIDRs", "nat_excluded_cidrs", parsers.cidrs),

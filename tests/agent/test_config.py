@@ -160,13 +160,25 @@ def test_nat_and_afpacket_keys() -> None:
         assert info.value.key == key
 
 
-def test_vpp_pod_pool_key() -> None:
-    assert parse({}, env={}).vpp_pod_pool == 4
-    assert parse({"vpppodpool": 0}, env={}).vpp_pod_pool == 0  # off: no spares, DEL as before
+def test_vpp_pod_pool_key_and_its_default_follows_the_kernels_grace_periods() -> None:
+    unset = parse({"Dataplane": "vpp"}, env={})
+    assert unset.vpp_pod_pool is None and not unset.expedite_kernel_rcu
+    networks = node_networks(unset.ipam, 1)
+    assert vpp_config(unset, networks).pod_pool == 4
+    # expedited grace periods: a pair made in the ADD is faster than a spare moved in
+    assert vpp_config(unset, networks, rcu_expedited=True).pod_pool == 0
+    for given in (0, 7):  # given: as given, whatever the kernel does
+        cfg = parse({"Dataplane": "vpp", "vpppodpool": given}, env={})
+        assert {vpp_config(cfg, networks, rcu_expedited=e).pod_pool for e in (False, True)} \
+            == {given}
     for value in (-1, 65, "many"):
         with pytest.raises(ConfigError) as info:
             parse({"VppPodPool": value}, env={})
         assert info.value.key == "VppPodPool"
+    assert parse({"ExpediteKernelRcu": True}, env={}).expedite_kernel_rcu
+    with pytest.raises(ConfigError) as info:
+        parse({"ExpediteKernelRcu": "sometimes"}, env={})
+    assert info.value.key == "ExpediteKernelRcu"
 
 
 def test_ipam_section_errors_name_the_nested_key() -> None:

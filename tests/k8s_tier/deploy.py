@@ -5,8 +5,9 @@ The manifests are k8s/base's kustomization (what `kubectl apply -k k8s/base/` in
 by the same kustomize the manifest tests use (tests/k8s/kustomize: Debian's, from `make setup`;
 not the cluster's kubectl), and changed only where the node differs from the defaults they ship
 with, each change named here:
-- the agent's `agent.yaml`: `Dataplane` (and, for VPP, `UseTAPInterfaces: false` and the API
-  socket's file name), and `NodeRemovalGrace` short enough for a test to wait it out;
+- the agent's `agent.yaml`: `Dataplane` (and, for VPP, `UseTAPInterfaces: false`, with it
+  `ExpediteKernelRcu: true` as the config map's comment advises, and the API socket's file
+  name), and `NodeRemovalGrace` short enough for a test to wait it out;
 - the DaemonSet's `/run/vpp` hostPath: the directory of the VPP socket the tier was given; when
   that path holds `{node}` (one VPP per node, e.g. `/run/vpp-nodes/{node}/api.sock`), the
   hostPath is the part before it and the agent's mount takes the node's own subdirectory
@@ -86,6 +87,7 @@ def _agent_config(text: str, dataplane: str, vpp_socket: str) -> str:
     config["NodeRemovalGrace"] = NODE_REMOVAL_GRACE
     if dataplane == "vpp":
         config["UseTAPInterfaces"] = False
+        config["ExpediteKernelRcu"] = True
         if vpp_socket:  # a VPP on the node; else the overlay's own VPP and socket
             config["VPPAPISocket"] = f"/run/vpp/{os.path.basename(vpp_socket)}"
     return yaml.safe_dump(config, sort_keys=False)

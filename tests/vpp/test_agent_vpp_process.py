@@ -10,6 +10,10 @@ a host route and a static neighbor in VPP; CHECK passes. VPP restarts under them
 notices by itself, reconnects and repairs both (CHECK passes again, lastRepair in
 /v1/reconcile) without being restarted. DEL of both leaves no pod interface, route or neighbor.
 With VPP gone, ADD answers 11 at once and STATUS 50.
+
+`ExpediteKernelRcu`: the agent turns the kernel's expedited RCU grace periods on at start (the
+machine-wide knob is restored after the test), and VppPodPool unset then means no spares: ADDs
+make their pair themselves.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.dataplane.vpp import names
-from agent.linux import hostnat
+from agent.linux import hostnat, rcu
 from agent.model.pod import PodKey
 from benchmarks import agent_metrics
 from testbed.agent import (
@@ -50,10 +55,10 @@ def fake(workdir: str) -> Iterator[FakeVPP]:
         yield vpp
 
 
-@pytest.fixture
-def agent(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP) -> Iterator[AgentHandle]:
+def vpp_agent(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP,
+              **extra: object) -> AbstractContextManager[AgentHandle]:
     suffix = secrets.token_hex(2)
-    with running_agent(
+    return running_agent(
         tmp_path, etcd_endpoints, pod_subnet=SUBNET, node_name=f"vppnode-{suffix}",
         extra_config={
             "Dataplane": "vpp",
@@ -62,9 +67,33 @@ def agent(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP) -> Iterator[
             "UseTAPInterfaces": False,
             "VPPHostInterface": f"vsa{suffix}h",
             "VPPHostPeerInterface": f"vsa{suffix}v",
+            **extra,
         },
-    ) as handle:
+    )
+
+
+@pytest.fixture
+def agent(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP) -> Iterator[AgentHandle]:
+    # the pool's size given: its default follows the kernel's grace periods
+    with vpp_agent(tmp_path, etcd_endpoints, fake, VppPodPool=4) as handle:
         yield handle
+
+
+@pytest.fixture
+def rcu_knob() -> Iterator[str]:
+    """The kernel's /sys/kernel/rcu_expedited, set to 0 for the test and restored after it."""
+    try:
+        with open(rcu.KNOB) as f:
+            before = f.read().strip()
+        with open(rcu.KNOB, "w") as f:
+            f.write("0")
+    except OSError as exc:
+        pytest.skip(f"{rcu.KNOB}: {exc.strerror}")
+    try:
+        yield rcu.KNOB
+    finally:
+        with open(rcu.KNOB, "w") as f:
+            f.write(before)
 
 
 def wait_for(what: str, probe: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -109,7 +138,7 @@ def test_agent_wires_pods_into_vpp_and_repairs_them_after_a_vpp_restart(
     status, text = agent.get("/metrics")
     made = agent_metrics.parse(text)[("vswitch_cni_vpp_call_seconds", "af_packet_create_v3")]
     assert status == 200 and made.count >= len(pods) and made.sum > 0, text[-2000:]
-    # The pod pool (VppPodPool, default 4): every ADD counted by what it got
+    # The pod pool (VppPodPool 4): every ADD counted by what it got
     takes = {s.labels["outcome"]: s.value for f in text_string_to_metric_families(text)
              if f.name == "vswitch_cni_vpp_pod_pool_takes" and f.type == "counter"
              for s in f.samples if s.name.endswith("_total")}
@@ -208,3 +237,22 @@ def test_teardown_removes_the_vpp_base_and_the_nat_table(
     listed = subprocess.run(["nft", "list", "table", "inet", agent.config["NatTable"]],
                             capture_output=True, text=True, check=False)
     assert listed.returncode != 0 and "No such file" in listed.stderr
+
+
+def test_expedite_kernel_rcu_turns_the_knob_on_and_the_pool_off(
+    tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, rcu_knob: str,
+    make_netns: Callable[[], str],
+) -> None:
+    with vpp_agent(tmp_path, etcd_endpoints, fake, ExpediteKernelRcu=True) as agent:
+        assert rcu.expedited(rcu_knob)
+        conf = net_config(agent)
+        netns, cid = make_netns(), f"c{secrets.token_hex(8)}"
+        out = run_plugin("ADD", conf, container_id=cid, netns=netns)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert vpp_holds(fake, PodKey(cid, "eth0"), out.json["ips"][0]["address"]) == []
+        # VppPodPool unset and grace periods expedited: no spares in VPP, no pool series
+        assert not [i for i in fake.interfaces().values() if i.tag == names.SPARE_TAG]
+        status, text = agent.get("/metrics")
+        assert status == 200 and "vswitch_cni_vpp_pod_pool" not in text
+        out = run_plugin("DEL", conf, container_id=cid, netns=netns)
+        assert out.returncode == 0, out.stdout + out.stderr

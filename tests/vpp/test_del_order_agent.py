@@ -67,6 +67,7 @@ def vpp_agent_config(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, n
                         node_name=f"{node}-{suffix}", extra_config={
                             "Dataplane": "vpp", "VPPAPISocket": fake.socket_path,
                             "VPPAPIDir": API_DIR, "UseTAPInterfaces": False,
+                            "VppPodPool": 4,  # not the default's: that follows the kernel
                             "VPPHostInterface": f"{links}{suffix}h",
                             "VPPHostPeerInterface": f"{links}{suffix}v"})
 
@@ -117,7 +118,7 @@ def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
                 wait_until("the agent to die at its failpoint",
                            lambda: dying.process.poll() is not None)
             if interrupted == "del:vpp-afpacket":
-                # With the pod pool (VppPodPool, on by default) the DEL is answered before VPP's
+                # With the pod pool (VppPodPool 4) the DEL is answered before VPP's
                 # AF_PACKET delete, which the agent's background deletes do: the agent had
                 # moved the pod's end out, and died before deleting the veth. Its answer may
                 # or may not have left before the kill; without it the plugin journals (and

@@ -1,0 +1,207 @@
+"""ADD and DEL at 100+ live pods with the kernel's RCU grace periods normal and expedited (issue
+#25: VPP ADD <= 1.3x the kernel's; agent/linux/rcu, `ExpediteKernelRcu`).
+
+    VSWITCH_TEST_VPP_SOCKET=/run/vpp/api.sock python3 -m benchmarks.rcu_add \
+        [--rounds 2] [--live 100] [--measured 30] [--out BENCHMARKS.md]
+
+As root, with a running VPP. Each round sets /sys/kernel/rcu_expedited to 0, then to 1, and
+under each runs benchmarks.scale_add's measurement (pods added through libcni one at a time
+until `live` are up, then `measured` more ADDs, then the DELs) for three agents one after the
+other: the kernel dataplane, and VPP in veth + AF_PACKET mode with `VppPodPool` 0 and 4 (the
+VPP agents have `ExpediteKernelRcu: true` under 1, as an operator would; VppPodPool's default
+is 4 under 0 and 0 under 1, the report marks it). VPP's figures are compared with the kernel
+dataplane's of the same round and knob. The agents' histograms
+(benchmarks.agent_metrics) give the mean `wire` phase and `af_packet_create_v3`. The knob is
+machine-wide; its value from before the run is written back at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import agent_metrics, machine
+from benchmarks.harness import (
+    Namespaces,
+    PodSubnets,
+    agent_running,
+    bench_agent_config,
+    ours_network,
+    plugin_bin_dir,
+    remove_agent_links,
+)
+from benchmarks.scale_add import run
+from benchmarks.soak_report import write_section
+from testbed.etcd import EtcdServer
+from testbed.libcni import DEFAULT_BUILD_DIR, build_driver
+
+BEGIN = ("<!-- rcu-add: begin (written by python3 -m benchmarks.rcu_add; "
+         "benchmarks.run keeps it) -->")
+END = "<!-- rcu-add: end -->"
+KNOB = "/sys/kernel/rcu_expedited"
+SETUPS = ("kernel", "vpp, VppPodPool 0", "vpp, VppPodPool 4")
+DEFAULTS = {0: "vpp, VppPodPool 4", 1: "vpp, VppPodPool 0"}  # VppPodPool unset, by knob
+
+
+@dataclass
+class Row:
+    round: int
+    knob: int
+    setup: str
+    add_ms: float
+    add_p99_ms: float
+    del_ms: float
+    wire_ms: float | None
+    create_ms: float | None
+    load: str
+
+
+def agent_extra(setup: str, knob: int, socket: str) -> dict[str, Any]:
+    if setup == "kernel":
+        return {}
+    return {"Dataplane": "vpp", "VPPAPISocket": socket, "UseTAPInterfaces": False,
+            "ExpediteKernelRcu": bool(knob), "VppPodPool": int(setup.rsplit(" ", 1)[1])}
+
+
+@contextmanager
+def knob_restored() -> Iterator[None]:
+    with open(KNOB) as f:
+        before = f.read().strip()
+    try:
+        yield
+    finally:
+        set_knob(before)
+
+
+def set_knob(value: int | str) -> None:
+    with open(KNOB, "w") as f:
+        f.write(str(value))
+
+
+def _mean_ms(series: dict[str, agent_metrics.Histogram], key: str) -> float | None:
+    h = series.get(key)
+    return 1000 * h.sum / h.count if h is not None and h.count else None
+
+
+def measure(rounds: int, live: int, measured: int, socket: str) -> list[Row]:
+    rows: list[Row] = []
+    tmp = Path(tempfile.mkdtemp(prefix=f"vcni-bench-rcu-{os.getpid()}-"))
+    namespaces = Namespaces()
+    subnets = PodSubnets()
+    with ExitStack() as stack, knob_restored(), EtcdServer() as etcd:
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+        stack.callback(namespaces.close)
+        driver = build_driver(DEFAULT_BUILD_DIR)
+        bin_dir = plugin_bin_dir(tmp)
+        host_ns = namespaces.create()
+        for r in range(1, rounds + 1):
+            for knob in (0, 1):
+                set_knob(knob)
+                for setup in SETUPS:
+                    name = f"rcu{r}{knob}{SETUPS.index(setup)}"
+                    config = bench_agent_config(tmp, etcd.endpoints, subnets.take(),
+                                                agent_extra(setup, knob, socket))
+                    try:
+                        with agent_running(tmp, config, name) as agent:
+                            net = ours_network(driver, bin_dir, tmp, host_ns, agent, name)
+                            before = agent_metrics.snapshot(agent)
+                            res = run(net, namespaces, live, measured,
+                                      socket if setup != "kernel" else "")
+                            after = agent_metrics.snapshot(agent)
+                    finally:
+                        remove_agent_links(config)
+                    phases = agent_metrics.delta(before, after, agent_metrics.PHASES)
+                    calls = agent_metrics.delta(before, after, agent_metrics.VPP_CALLS)
+                    row = Row(r, knob, setup, res.add.median, res.add.p99, res.delete.median,
+                              _mean_ms(phases, "wire"), _mean_ms(calls, "af_packet_create_v3"),
+                              machine.loadavg().split()[0])
+                    rows.append(row)
+                    print(f"round {r} knob {knob} {setup}: ADD {row.add_ms:.1f} ms (p99 "
+                          f"{row.add_p99_ms:.1f}), DEL {row.del_ms:.1f} ms, load {row.load}",
+                          flush=True)
+    return rows
+
+
+def ratio(rows: list[Row], row: Row) -> float:
+    kernel = next(k for k in rows if (k.round, k.knob, k.setup) == (row.round, row.knob,
+                                                                    "kernel"))
+    return row.add_ms / kernel.add_ms
+
+
+def _agent(setup: str, knob: int) -> str:
+    return setup + (" (the default)" if DEFAULTS[knob] == setup else "")
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
+def section(rows: list[Row], command: str, load: tuple[str, str], live: int) -> str:
+    lines = [
+        BEGIN, "## VPP ADD and the kernel's RCU grace periods (issue #25)", "",
+        f"Command: `{command}` (as root, VPP 26.06 running; how: the module's docstring). "
+        f"ADD and DEL at {live}+ live pods through libcni, as section 8. Load average "
+        f"{load[0]} at the start, {load[1]} at the end. Code: {machine.git_commit()}.", "",
+        "| round | rcu_expedited | agent | ADD ms (p99) | DEL ms | ADD / kernel ADD | "
+        "`wire` mean ms | `af_packet_create_v3` mean ms | 1-min load after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        lines.append(
+            f"| {row.round} | {row.knob} | {_agent(row.setup, row.knob)} | "
+            f"{row.add_ms:.1f} ({row.add_p99_ms:.1f}) | {row.del_ms:.1f} | "
+            f"{ratio(rows, row):.2f} x | {_ms(row.wire_ms)} | {_ms(row.create_ms)} | {row.load} |")
+    lines += ["", "Medians over the rounds:", "",
+              "| rcu_expedited | agent | ADD ms | DEL ms | ADD / kernel ADD |",
+              "| --- | --- | --- | --- | --- |"]
+    for knob in (0, 1):
+        for setup in SETUPS:
+            mine = [r for r in rows if (r.knob, r.setup) == (knob, setup)]
+            if not mine:
+                continue
+            lines.append(
+                f"| {knob} | {_agent(setup, knob)} | "
+                f"{statistics.median(r.add_ms for r in mine):.1f} | "
+                f"{statistics.median(r.del_ms for r in mine):.1f} | "
+                f"{statistics.median(ratio(rows, r) for r in mine):.2f} x |")
+    lines += ["", "The VPP agents run veth + AF_PACKET pods, with `ExpediteKernelRcu: true` "
+              "under 1. \"The default\": what `VppPodPool` unset gives under that knob "
+              "(docs/vpp.md, \"VPP's AF_PACKET interfaces and the kernel's RCU grace "
+              "periods\").", END, ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--live", type=int, default=100)
+    parser.add_argument("--measured", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        parser.error("needs root: it sets a kernel knob, creates namespaces and links")
+    socket = os.environ.get("VSWITCH_TEST_VPP_SOCKET", "")
+    if not socket:
+        parser.error("needs a running VPP: set VSWITCH_TEST_VPP_SOCKET to its API socket")
+    if not os.path.exists(KNOB):
+        parser.error(f"this kernel has no {KNOB}")
+    before = machine.loadavg()
+    rows = measure(args.rounds, args.live, args.measured, socket)
+    command = "python3 -m benchmarks.rcu_add" + "".join(
+        f" --{name} {value}" for name, value, default in (
+            ("rounds", args.rounds, 2), ("live", args.live, 100),
+            ("measured", args.measured, 30)) if value != default)
+    write_section(args.out, section(rows, command, (before, machine.loadavg()), args.live),
+                  BEGIN, END)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""benchmarks.rcu_add's report: each VPP row is compared with the kernel dataplane's of the same
+round and knob, its medians are over rounds, and the agents' configs follow the knob as an
+operator's would.
+"""
+
+from __future__ import annotations
+
+from benchmarks import rcu_add
+from benchmarks.rcu_add import Row, agent_extra
+
+P0 = "vpp, VppPodPool 0"
+
+
+def test_vpp_rows_are_compared_with_the_kernel_of_their_round_and_knob() -> None:
+    rows = [Row(r, k, s, add, add + 5, 20.0, None, None, "1.0")
+            for r, k, s, add in ((1, 0, "kernel", 30.0), (1, 0, P0, 60.0),
+                                 (1, 1, "kernel", 40.0), (1, 1, P0, 44.0),
+                                 (2, 0, "kernel", 20.0), (2, 0, P0, 50.0),
+                                 (2, 1, "kernel", 30.0), (2, 1, P0, 39.0))]
+    assert [round(rcu_add.ratio(rows, r), 2) for r in rows if r.setup == P0] == \
+        [2.0, 1.1, 2.5, 1.3]
+    text = rcu_add.section(rows, "python3 -m benchmarks.rcu_add", ("1", "2"), 100)
+    assert text.startswith(rcu_add.BEGIN) and text.rstrip().endswith(rcu_add.END)
+    # no pool is VppPodPool's default where grace periods are expedited, not where normal
+    assert f"| 1 | 1 | {P0} (the default) | 44.0 (49.0) | 20.0 | 1.10 x |" in text
+    # medians over the two rounds: ADD (44+39)/2, ratio (1.1+1.3)/2
+    assert f"| 1 | {P0} (the default) | 41.5 | 20.0 | 1.20 x |" in text
+    assert f"| 0 | {P0} | 55.0 | 20.0 | 2.25 x |" in text
+
+
+def test_the_agents_follow_the_knob_as_an_operator_configures_them() -> None:
+    assert agent_extra("kernel", 1, "/s") == {}
+    for knob in (0, 1):
+        for pool in (0, 4):
+            extra = agent_extra(f"vpp, VppPodPool {pool}", knob, "/s")
+            assert (extra["ExpediteKernelRcu"], extra["VppPodPool"]) == (bool(knob), pool)
+            assert (extra["Dataplane"], extra["VPPAPISocket"]) == ("vpp", "/s")
