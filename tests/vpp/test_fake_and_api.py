@@ -3,7 +3,10 @@
 Plan: definitions fetched from the fake (`bootstrapapi`, api_dir None) work; a field VPP's schema
 does not have and a message VPP does not have are DataplaneFailures naming them; a retval becomes
 a DataplaneFailure with the message, retval and meaning; a dump ends at control_ping like VPP's;
-pod tags fit VPP's 63 characters; bad config values name their key.
+pod tags fit VPP's 63 characters; bad config values name their key. A pipeline sends its
+requests together: each is carried out and timed, the first refusal is raised with its context
+after the rest were carried out, a request the schema refuses (or a dump, or a block that raises)
+sends nothing, and a VPP gone midway is TryAgainLater.
 """
 
 from __future__ import annotations
@@ -94,3 +97,70 @@ def test_bad_config_names_the_field(field: str, value: object) -> None:
     kw[field] = value
     with pytest.raises(InvalidConfig, match=field):
         VppConfig(**kw)  # type: ignore[arg-type]
+
+
+def test_a_pipeline_sends_its_requests_together(bare_fake: FakeVPP) -> None:
+    api = _api(bare_fake)
+    timed: list[tuple[str, float]] = []
+    api.observe = lambda name, seconds: timed.append((name, seconds))
+    try:
+        loops = [int(api.call("create_loopback", mac_address=f"02:00:00:00:00:0{i}").sw_if_index)
+                 for i in (1, 2)]
+        timed.clear()
+        with api.pipeline() as batch:
+            for sw in loops:
+                batch.call("sw_interface_set_flags", sw_if_index=sw, flags=1)
+            batch.call("sw_interface_set_mtu", sw_if_index=loops[0], mtu=[1400, 0, 0, 0])
+            assert "sw_interface_set_mtu" not in bare_fake.requests  # queued, not sent yet
+        assert [name for name, _ in timed] == ["sw_interface_set_flags"] * 2 + [
+            "sw_interface_set_mtu"] and all(seconds >= 0 for _, seconds in timed)
+        up = {d.sw_if_index: d.flags for d in api.dump("sw_interface_dump")}
+        assert all(up[sw] & 1 for sw in loops)
+
+        # the first refusal is raised, with its context; the requests after it were carried out
+        with pytest.raises(DataplaneFailure) as err, api.pipeline() as batch:
+            batch.call("sw_interface_set_flags", sw_if_index=loops[0], flags=0)
+            batch.call("sw_interface_set_table", sw_if_index=loops[0], vrf_id=42,
+                       is_ipv6=False, context="VRF 42 for loop0")
+            batch.call("sw_interface_set_flags", sw_if_index=99, flags=1)
+            batch.call("sw_interface_set_flags", sw_if_index=loops[1], flags=0)
+        assert "sw_interface_set_table" in str(err.value) and "VRF 42 for loop0" in str(err.value)
+        assert "retval -3" in str(err.value)
+        down = {d.sw_if_index: d.flags for d in api.dump("sw_interface_dump")}
+        assert not any(down[sw] & 1 for sw in loops)
+    finally:
+        api.close()
+
+
+def test_a_pipeline_that_cannot_be_sent_whole_sends_nothing(bare_fake: FakeVPP) -> None:
+    api = _api(bare_fake)
+    try:
+        sw = int(api.call("create_loopback", mac_address="02:00:00:00:00:01").sw_if_index)
+        sent = len(bare_fake.requests)
+        for bad, match in ((("sw_interface_set_flags", {"sw_if_index": sw, "bogus": 1}), "bogus"),
+                           (("delete_tap_v2", {"sw_if_index": 0}), "no API message"),
+                           (("sw_interface_dump", {}), "is a dump")):
+            with pytest.raises(DataplaneFailure, match=match), api.pipeline() as batch:
+                batch.call("sw_interface_set_flags", sw_if_index=sw, flags=1)
+                batch.call(bad[0], **bad[1])
+        # the block itself fails: nothing is sent
+        with pytest.raises(RuntimeError), api.pipeline() as batch:
+            batch.call("sw_interface_set_flags", sw_if_index=sw, flags=1)
+            raise RuntimeError("the caller's own failure")
+        assert len(bare_fake.requests) == sent
+        assert not {d.sw_if_index: d.flags for d in api.dump("sw_interface_dump")}[sw] & 1
+    finally:
+        api.close()
+
+
+def test_a_pipeline_to_a_vpp_that_went_away_is_try_again_later(bare_fake: FakeVPP) -> None:
+    api = _api(bare_fake)
+    try:
+        api.call("show_version")
+        bare_fake.stop()
+        with pytest.raises(TryAgainLater, match="sw_interface_set_flags"), \
+                api.pipeline() as batch:
+            batch.call("sw_interface_set_flags", sw_if_index=0, flags=1)
+        assert not api.connected
+    finally:
+        api.close()

@@ -28,7 +28,7 @@ from agent.dataplane.vpp import (
     tap,
     teardown,
 )
-from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.api import VppApi, VppCalls
 from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
 from agent.dataplane.vpp.podlinks import PodLinks
@@ -223,25 +223,31 @@ class VppDataplane:
         self.mode.remove(pod, None, None)
 
     def _configure(self, pod: PodNetwork, port: Port, gateway: int, undo: UndoStack) -> None:
+        """The pod's interface and addresses in VPP, sent as one pipeline (one round trip)."""
         sw = port.sw_if_index
-        if not port.prepared:  # a spare is in the pod VRF, unnumbered, MTU set and up
-            for ipv6 in sorted({a.version == 6 for a in pod.addresses}):
-                interfaces.set_table(self.api, sw, self.cfg.pod_vrf_id, ipv6)
-            interfaces.set_unnumbered(self.api, sw, gateway)
-            interfaces.set_mtu(self.api, sw, pod.mtu or self.cfg.mtu)
-            interfaces.set_admin_up(self.api, sw)
-        if self.cfg.cnat:  # before the pod has routes: its first packet is translated
-            cnat_node.enable(self.api, sw)
-        for addr in pod.addresses:
-            self._add_pod_address(sw, addr.ip, port.pod_mac, undo)
+        with self.api.pipeline() as batch:
+            if not port.prepared:  # a spare is in the pod VRF, unnumbered, MTU set and up
+                for ipv6 in sorted({a.version == 6 for a in pod.addresses}):
+                    interfaces.set_table(batch, sw, self.cfg.pod_vrf_id, ipv6)
+                interfaces.set_unnumbered(batch, sw, gateway)
+                interfaces.set_mtu(batch, sw, pod.mtu or self.cfg.mtu)
+                interfaces.set_admin_up(batch, sw)
+            if self.cfg.cnat:  # before the pod has routes: its first packet is translated
+                batch.flush()
+                cnat_node.enable(self.api, sw)
+            for addr in pod.addresses:
+                self._add_pod_address(batch, sw, addr.ip, port.pod_mac, undo)
 
-    def _add_pod_address(self, sw: int, addr: IPAddress, mac: str, undo: UndoStack) -> None:
-        """A static neighbor and a host route for one pod address."""
+    def _add_pod_address(self, api: VppCalls, sw: int, addr: IPAddress, mac: str,
+                         undo: UndoStack) -> None:
+        """A static neighbor and a host route for one pod address. Their undos are pushed
+        as they are asked for (through a pipeline: before VPP has answered); deleting what
+        VPP never added counts as done."""
         vrf = self.cfg.pod_vrf_id
-        neighbors.add(self.api, sw, addr, mac)
+        neighbors.add(api, sw, addr, mac)
         undo.push(f"delete neighbor {addr}", lambda: neighbors.delete(self.api, sw, addr, mac))
         host = ipaddress.ip_network(addr)  # /32 or /128
-        ip.add_route(self.api, vrf, host, ip.via_interface(host, sw))
+        ip.add_route(api, vrf, host, ip.via_interface(host, sw))
         undo.push(f"delete route {host}", lambda: ip.delete_route(self.api, vrf, host))
 
     def _unwire(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None) -> None:

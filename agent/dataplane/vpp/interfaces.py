@@ -6,7 +6,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from agent.dataplane.vpp.api import VppApi, VppCallFailed
+from agent.dataplane.vpp.api import VppApi, VppCallFailed, VppCalls
 from agent.model.pod import IPInterface
 
 VALUE_EXIST = -81  # VNET_API_ERROR_VALUE_EXIST
@@ -60,24 +60,20 @@ def by_name(api: VppApi, name: str) -> VppInterface | None:
     return next((_interface(d) for d in found if d.interface_name == name), None)
 
 
-def set_tag(api: VppApi, sw_if_index: int, tag: str) -> None:
+def set_tag(api: VppCalls, sw_if_index: int, tag: str) -> None:
     api.call("sw_interface_tag_add_del", is_add=True, sw_if_index=sw_if_index, tag=tag)
 
 
-def set_admin_up(api: VppApi, sw_if_index: int, up: bool = True) -> None:
+def set_admin_up(api: VppCalls, sw_if_index: int, up: bool = True) -> None:
     api.call("sw_interface_set_flags", sw_if_index=sw_if_index, flags=ADMIN_UP if up else 0)
 
 
-def set_mtu(api: VppApi, sw_if_index: int, mtu: int) -> None:
+def set_mtu(api: VppCalls, sw_if_index: int, mtu: int) -> None:
     # The four values are L3, IPv4, IPv6, MPLS; 0 leaves one unchanged.
     api.call("sw_interface_set_mtu", sw_if_index=sw_if_index, mtu=[mtu, 0, 0, 0])
 
 
-def set_mac(api: VppApi, sw_if_index: int, mac: str) -> None:
-    api.call("sw_interface_set_mac_address", sw_if_index=sw_if_index, mac_address=mac)
-
-
-def set_table(api: VppApi, sw_if_index: int, vrf_id: int, ipv6: bool) -> None:
+def set_table(api: VppCalls, sw_if_index: int, vrf_id: int, ipv6: bool) -> None:
     api.call(
         "sw_interface_set_table", sw_if_index=sw_if_index, is_ipv6=ipv6, vrf_id=vrf_id,
         context=f"VRF {vrf_id} ({'IPv6' if ipv6 else 'IPv4'})",
@@ -89,7 +85,7 @@ def get_table(api: VppApi, sw_if_index: int, ipv6: bool) -> int:
     return int(reply.vrf_id)
 
 
-def set_unnumbered(api: VppApi, sw_if_index: int, to_sw_if_index: int, on: bool = True) -> None:
+def set_unnumbered(api: VppCalls, sw_if_index: int, to_sw_if_index: int, on: bool = True) -> None:
     """Makes `sw_if_index` borrow the addresses of `to_sw_if_index`."""
     api.call(
         "sw_interface_set_unnumbered", sw_if_index=to_sw_if_index,

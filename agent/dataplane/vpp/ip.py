@@ -11,7 +11,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
+from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed, VppCalls
 
 ANY = 0xFFFFFFFF
 PATH_NORMAL = 0
@@ -75,7 +75,7 @@ def tables(api: VppApi) -> set[tuple[int, bool]]:
     return {(int(d.table.table_id), bool(d.table.is_ip6)) for d in api.dump("ip_table_dump")}
 
 
-def add_route(api: VppApi, table_id: int, prefix: IPNetwork, path: dict[str, Any]) -> None:
+def add_route(api: VppCalls, table_id: int, prefix: IPNetwork, path: dict[str, Any]) -> None:
     api.call(
         "ip_route_add_del", is_add=True, is_multipath=False,
         route={"table_id": table_id, "prefix": prefix, "n_paths": 1, "paths": [path]},

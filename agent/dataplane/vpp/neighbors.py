@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
+from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed, VppCalls
 from agent.model.pod import IPAddress
 
 ANY = 0xFFFFFFFF
@@ -14,7 +14,7 @@ def _neighbor(sw_if_index: int, ip: IPAddress, mac: str) -> dict[str, object]:
             "ip_address": ip}
 
 
-def add(api: VppApi, sw_if_index: int, ip: IPAddress, mac: str) -> None:
+def add(api: VppCalls, sw_if_index: int, ip: IPAddress, mac: str) -> None:
     api.call(
         "ip_neighbor_add_del", is_add=True, neighbor=_neighbor(sw_if_index, ip, mac),
         context=f"neighbor {ip} -> {mac}",
