@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.linux import rcu
 from benchmarks.soak_report import write_section
 from benchmarks.traffic import IPERF_PORT, iperf, ping_rtt_ms
 from tests.k8s_tier import deploy
@@ -185,7 +186,8 @@ def table(results: list[Rows]) -> str:
     return "\n".join(lines)
 
 
-def section(results: list[Rows], args: argparse.Namespace, load: tuple[str, str]) -> str:
+def section(results: list[Rows], args: argparse.Namespace, load: tuple[str, str],
+            rcu: tuple[bool, bool] = (False, False)) -> str:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True, check=False).stdout.strip()
     return "\n".join([
@@ -198,7 +200,10 @@ def section(results: list[Rows], args: argparse.Namespace, load: tuple[str, str]
         "containerd, stock kube-proxy in iptables mode; one VPP 26.06 per node for the VPP run, "
         "veth + AF_PACKET, interrupt mode). Both nodes are network namespaces of one machine "
         "and share its 2 cores: across-node figures pay for both nodes' work on the same "
-        f"cores. Code: {commit}. Load average at the start {load[0]}, at the end {load[1]}.",
+        f"cores. Code: {commit}. Load average at the start {load[0]}, at the end {load[1]}. "
+        "The VPP agents have `ExpediteKernelRcu: true` (the tier's config, docs/vpp.md); the "
+        "machine-wide /sys/kernel/rcu_expedited was "
+        f"{int(rcu[0])} at the start and {int(rcu[1])} at the end.",
         "",
         table(results),
         "",
@@ -227,9 +232,9 @@ def main() -> None:
     kube = Kube(KUBECTL, KUBECONFIG, NODE_NETNS)
     nodes = find_nodes(kube, [NODE_NETNS, *([NODE2_NETNS] if NODE2_NETNS else [])])
     dataplanes = args.dataplane or ["kernel", *(["vpp"] if VPP_SOCKET else [])]
-    load_start = _load()
+    load_start, rcu_start = _load(), rcu.expedited()
     results = [run_dataplane(kube, nodes, d, args) for d in dataplanes]
-    text = section(results, args, (load_start, _load()))
+    text = section(results, args, (load_start, _load()), (rcu_start, rcu.expedited()))
     print(text)
     if args.write:
         write_section(ROOT / "BENCHMARKS.md", text + "\n", BEGIN, END)
