@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import tempfile
+from typing import Any
 
 import pytest
 
@@ -137,12 +138,14 @@ def test_a_pipeline_that_cannot_be_sent_whole_sends_nothing(bare_fake: FakeVPP) 
     try:
         sw = int(api.call("create_loopback", mac_address="02:00:00:00:00:01").sw_if_index)
         sent = len(bare_fake.requests)
-        for bad, match in ((("sw_interface_set_flags", {"sw_if_index": sw, "bogus": 1}), "bogus"),
-                           (("delete_tap_v2", {"sw_if_index": 0}), "no API message"),
-                           (("sw_interface_dump", {}), "is a dump")):
+        bad: list[tuple[str, dict[str, Any], str]] = [
+            ("sw_interface_set_flags", {"sw_if_index": sw, "bogus": 1}, "bogus"),
+            ("delete_tap_v2", {"sw_if_index": 0}, "no API message"),
+            ("sw_interface_dump", {}, "is a dump")]
+        for name, fields, match in bad:
             with pytest.raises(DataplaneFailure, match=match), api.pipeline() as batch:
                 batch.call("sw_interface_set_flags", sw_if_index=sw, flags=1)
-                batch.call(bad[0], **bad[1])
+                batch.call(name, **fields)
         # the block itself fails: nothing is sent
         with pytest.raises(RuntimeError), api.pipeline() as batch:
             batch.call("sw_interface_set_flags", sw_if_index=sw, flags=1)
