@@ -208,8 +208,11 @@ def section(results: list[Rows], args: argparse.Namespace, load: tuple[str, str]
         table(results),
         "",
         "The clients and servers are the node's iperf3 and ping in pods' namespaces; the "
-        "ClusterIP rows go through kube-proxy's DNAT on the client's node (with VPP: out of "
-        "VPP to the node and back in, masqueraded on the way, docs/vpp.md).",
+        + ("ClusterIP rows go through kube-proxy's DNAT on the client's node (with VPP: out of "
+           "VPP to the node and back in, masqueraded on the way, docs/vpp.md)."
+           if deploy.SERVICE_TRANSLATION != "vpp" else
+           "ClusterIP rows go through kube-proxy's DNAT on the kernel nodes and through VPP's "
+           "cnat on the VPP nodes (`ServiceTranslation: vpp`, docs/vpp.md)."),
         END,
     ])
 

@@ -7,7 +7,8 @@ not the cluster's kubectl), and changed only where the node differs from the def
 with, each change named here:
 - the agent's `agent.yaml`: `Dataplane` (and, for VPP, `UseTAPInterfaces: false`, with it
   `ExpediteKernelRcu: true` as the config map's comment advises, and the API socket's file
-  name), and `NodeRemovalGrace` short enough for a test to wait it out;
+  name; `ServiceTranslation` when VSWITCH_TEST_K8S_SERVICE_TRANSLATION names one), and
+  `NodeRemovalGrace` short enough for a test to wait it out;
 - the DaemonSet's `/run/vpp` hostPath: the directory of the VPP socket the tier was given; when
   that path holds `{node}` (one VPP per node, e.g. `/run/vpp-nodes/{node}/api.sock`), the
   hostPath is the part before it and the agent's mount takes the node's own subdirectory
@@ -40,6 +41,8 @@ PORT = 8080
 UDP_PORT = 8081
 NODE_PLACEHOLDER = "{node}"
 NODE_REMOVAL_GRACE = 20  # seconds (the shipped default: 300)
+# who translates ClusterIPs on VPP nodes: "" (the config map's, kube-proxy), kube-proxy or vpp
+SERVICE_TRANSLATION = os.environ.get("VSWITCH_TEST_K8S_SERVICE_TRANSLATION", "")
 # Labels the tier puts on pods after they run: the node they run on (its index in the tier's
 # node list, "1" or "2"), and one pod per node as the backend of that node's hairpin Service.
 NODE_LABEL = "tier-node"
@@ -88,6 +91,8 @@ def _agent_config(text: str, dataplane: str, vpp_socket: str) -> str:
     if dataplane == "vpp":
         config["UseTAPInterfaces"] = False
         config["ExpediteKernelRcu"] = True
+        if SERVICE_TRANSLATION:
+            config["ServiceTranslation"] = SERVICE_TRANSLATION
         if vpp_socket:  # a VPP on the node; else the overlay's own VPP and socket
             config["VPPAPISocket"] = f"/run/vpp/{os.path.basename(vpp_socket)}"
     return yaml.safe_dump(config, sort_keys=False)
