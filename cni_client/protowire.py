@@ -1,4 +1,4 @@
-"""Hand-written protobuf codec for exactly the messages of protos/cni.proto.
+"""Hand-written protobuf codec for the messages of protos/cni.proto that the plugin sends and reads.
 
 The plugin is exec'd once per pod operation and must stay stdlib-only (importing the protobuf
 runtime alone costs more than our whole start-up budget), so the few messages of the contract are
@@ -64,15 +64,6 @@ if TYPE_CHECKING:
         error_details: str
         cni_version: str
 
-    class VersionRequest(TypedDict, total=False):
-        client_version: str
-        cni_versions: list[str]
-
-    class VersionReply(TypedDict):
-        agent_version: str
-        cni_versions: list[str]
-        api_level: int
-
 else:
 
     def cast(_type: object, value: object) -> object:
@@ -132,15 +123,6 @@ SCHEMA: dict[str, dict[int, tuple[str, str, bool, str]]] = {
         2: ("nameservers", STRING, True, ""),
         3: ("search", STRING, True, ""),
         4: ("options", STRING, True, ""),
-    },
-    "VersionRequest": {
-        1: ("client_version", STRING, False, ""),
-        2: ("cni_versions", STRING, True, ""),
-    },
-    "VersionReply": {
-        1: ("agent_version", STRING, False, ""),
-        2: ("cni_versions", STRING, True, ""),
-        3: ("api_level", UINT32, False, ""),
     },
 }
 
@@ -284,11 +266,3 @@ def encode_cni_request(request: CNIRequest) -> bytes:
 
 def decode_cni_reply(data: bytes) -> CNIReply:
     return cast("CNIReply", decode("CNIReply", data))
-
-
-def encode_version_request(request: VersionRequest) -> bytes:
-    return encode("VersionRequest", request)
-
-
-def decode_version_reply(data: bytes) -> VersionReply:
-    return cast("VersionReply", decode("VersionReply", data))

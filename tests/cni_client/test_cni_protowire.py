@@ -1,6 +1,7 @@
 """The hand protobuf codec against the generated protos.cni_pb2, by property tests.
 
-Test plan, for every message of protos/cni.proto:
+Test plan, for every message of protos/cni.proto the plugin speaks (its Version RPC is the
+agent's to answer; the plugin never calls it, so its codec has no Version messages):
 - ours -> bytes -> pb2 parses to the same values, and the bytes equal pb2's own serialization;
 - pb2 -> bytes -> ours decodes to the same values;
 - unknown fields of every wire type (varint, fixed64, length-delimited, groups, fixed32) spliced
