@@ -6,6 +6,7 @@ drivers and the NAT table get plain, typed values.
 from __future__ import annotations
 
 import ipaddress
+import logging
 
 from agent.app.config import AgentConfig
 from agent.dataplane import Dataplane
@@ -18,6 +19,8 @@ from ipam import NodeNetworks
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_POD_POOL = 4
+
+log = logging.getLogger(__name__)
 
 
 def make_dataplane(cfg: AgentConfig, networks: NodeNetworks,
@@ -93,7 +96,11 @@ def pod_pool(cfg: AgentConfig, rcu_expedited: bool) -> int:
     move into the pod then costs more than making the pair in the ADD; docs/vpp.md)."""
     if cfg.vpp_pod_pool is not None:
         return cfg.vpp_pod_pool
-    return 0 if rcu_expedited else DEFAULT_POD_POOL
+    size = 0 if rcu_expedited else DEFAULT_POD_POOL
+    if cfg.dataplane == "vpp" and not cfg.use_tap_interfaces:  # where the pool is used
+        log.info("VppPodPool unset: %d spares (the kernel's RCU grace periods are %s)", size,
+                 "expedited" if rcu_expedited else "normal")
+    return size
 
 
 def nat_plan(cfg: AgentConfig) -> NatPlan:
