@@ -10,7 +10,8 @@ predicts over the whole run is below the figure's resolution (one fd, one thread
 grows (or shrinks). The slope over the whole run is shown beside them.
 
 The section sits between two markers in the markdown file: `write_section` replaces it (or
-appends it), `kept_section` hands it to benchmarks.run, which rewrites the rest of the file.
+appends it), `kept_sections` hands it (with every other marked section) to benchmarks.run, which
+rewrites the rest of the file.
 """
 
 from __future__ import annotations
@@ -320,17 +321,6 @@ def _logs(run: DataplaneRun) -> list[str]:
     out += ["", f"Agent log: {len(run.agent_lines)} WARNING/ERROR lines."]
     out += [f"    {line[:200]}" for line in run.agent_lines[:10]]
     return out
-
-
-def kept_section(path: Path, begin: str = BEGIN, end_marker: str = END) -> str:
-    """The soak section of `path` (or another between `begin` and `end_marker`; "" when there is
-    none), markers included."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return ""
-    start, end = text.find(begin), text.find(end_marker)
-    return text[start:end + len(end_marker)] + "\n" if 0 <= start < end else ""
 
 
 _MARKED = re.compile(r"<!-- ([a-z0-9-]+): begin .*?-->.*?<!-- \1: end -->", re.DOTALL)
