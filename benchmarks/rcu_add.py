@@ -19,34 +19,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
-import tempfile
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.linux.rcu import KNOB
 from benchmarks import agent_metrics, machine
-from benchmarks.harness import (
-    Namespaces,
-    PodSubnets,
-    agent_running,
-    bench_agent_config,
-    ours_network,
-    plugin_bin_dir,
-    remove_agent_links,
-)
-from benchmarks.scale_add import run
+from benchmarks.scale_add import bench, measure_agent
 from benchmarks.soak_report import write_section
-from testbed.etcd import EtcdServer
-from testbed.libcni import DEFAULT_BUILD_DIR, build_driver
 
 BEGIN = ("<!-- rcu-add: begin (written by python3 -m benchmarks.rcu_add; "
          "benchmarks.run keeps it) -->")
 END = "<!-- rcu-add: end -->"
-KNOB = "/sys/kernel/rcu_expedited"
 SETUPS = ("kernel", "vpp, VppPodPool 0", "vpp, VppPodPool 4")
 DEFAULTS = {0: "vpp, VppPodPool 4", 1: "vpp, VppPodPool 0"}  # VppPodPool unset, by knob
 
@@ -93,35 +80,17 @@ def _mean_ms(series: dict[str, agent_metrics.Histogram], key: str) -> float | No
 
 def measure(rounds: int, live: int, measured: int, socket: str) -> list[Row]:
     rows: list[Row] = []
-    tmp = Path(tempfile.mkdtemp(prefix=f"vcni-bench-rcu-{os.getpid()}-"))
-    namespaces = Namespaces()
-    subnets = PodSubnets()
-    with ExitStack() as stack, knob_restored(), EtcdServer() as etcd:
-        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
-        stack.callback(namespaces.close)
-        driver = build_driver(DEFAULT_BUILD_DIR)
-        bin_dir = plugin_bin_dir(tmp)
-        host_ns = namespaces.create()
+    with knob_restored(), bench("rcu") as b:
         for r in range(1, rounds + 1):
             for knob in (0, 1):
                 set_knob(knob)
                 for setup in SETUPS:
-                    name = f"rcu{r}{knob}{SETUPS.index(setup)}"
-                    config = bench_agent_config(tmp, etcd.endpoints, subnets.take(),
-                                                agent_extra(setup, knob, socket))
-                    try:
-                        with agent_running(tmp, config, name) as agent:
-                            net = ours_network(driver, bin_dir, tmp, host_ns, agent, name)
-                            before = agent_metrics.snapshot(agent)
-                            res = run(net, namespaces, live, measured,
-                                      socket if setup != "kernel" else "")
-                            after = agent_metrics.snapshot(agent)
-                    finally:
-                        remove_agent_links(config)
-                    phases = agent_metrics.delta(before, after, agent_metrics.PHASES)
-                    calls = agent_metrics.delta(before, after, agent_metrics.VPP_CALLS)
-                    row = Row(r, knob, setup, res.add.median, res.add.p99, res.delete.median,
-                              _mean_ms(phases, "wire"), _mean_ms(calls, "af_packet_create_v3"),
+                    res = measure_agent(b, f"rcu{r}{knob}{SETUPS.index(setup)}",
+                                        agent_extra(setup, knob, socket), live, measured,
+                                        socket if setup != "kernel" else "")
+                    row = Row(r, knob, setup, res.figures.add.median, res.figures.add.p99,
+                              res.figures.delete.median, _mean_ms(res.phases, "wire"),
+                              _mean_ms(res.vpp_calls, "af_packet_create_v3"),
                               machine.loadavg().split()[0])
                     rows.append(row)
                     print(f"round {r} knob {knob} {setup}: ADD {row.add_ms:.1f} ms (p99 "

@@ -16,10 +16,12 @@ import argparse
 import os
 import shutil
 import tempfile
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import agent_metrics
 from benchmarks.cni_bench import quiet_delete
 from benchmarks.harness import (
     CniNetwork,
@@ -120,6 +122,56 @@ def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int,
                    sum(rings) / len(rings) / 1024 if rings else None, len(rings))
 
 
+@dataclass
+class Bench:
+    """Around the agents measured one after the other: a real etcd, the libcni driver and the
+    plugin, the runtime's namespace, the node's pods' namespaces and subnets."""
+
+    tmp: Path
+    etcd_endpoints: list[str]
+    driver: Path
+    bin_dir: Path
+    host_ns: Path
+    namespaces: Namespaces
+    subnets: PodSubnets
+
+
+@contextmanager
+def bench(prefix: str) -> Iterator[Bench]:
+    tmp = Path(tempfile.mkdtemp(prefix=f"vcni-bench-{prefix}-{os.getpid()}-"))
+    namespaces = Namespaces()
+    with ExitStack() as stack, EtcdServer() as etcd:
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+        stack.callback(namespaces.close)
+        yield Bench(tmp, etcd.endpoints, build_driver(DEFAULT_BUILD_DIR), plugin_bin_dir(tmp),
+                    namespaces.create(), namespaces, PodSubnets())
+
+
+@dataclass(frozen=True)
+class AgentAtScale:
+    """One agent's figures at scale, and its histograms over the run (agent_metrics.delta)."""
+
+    figures: AtScale
+    phases: dict[str, agent_metrics.Histogram]
+    vpp_calls: dict[str, agent_metrics.Histogram]
+
+
+def measure_agent(b: Bench, name: str, extra: dict[str, object], live: int, measured: int,
+                  vpp_socket: str = "") -> AgentAtScale:
+    """`run` against an agent of its own with config `extra` (on a fresh subnet)."""
+    config = bench_agent_config(b.tmp, b.etcd_endpoints, b.subnets.take(), extra)
+    try:
+        with agent_running(b.tmp, config, name) as agent:
+            net = ours_network(b.driver, b.bin_dir, b.tmp, b.host_ns, agent, name)
+            before = agent_metrics.snapshot(agent)
+            figures = run(net, b.namespaces, live, measured, vpp_socket)
+            after = agent_metrics.snapshot(agent)
+    finally:
+        remove_agent_links(config)
+    return AgentAtScale(figures, agent_metrics.delta(before, after, agent_metrics.PHASES),
+                        agent_metrics.delta(before, after, agent_metrics.VPP_CALLS))
+
+
 def main() -> None:
     """Alone: python3 -m benchmarks.scale_add [--live N] [--measured M] (VPP too when
     VSWITCH_TEST_VPP_SOCKET names a running VPP's API socket)."""
@@ -131,24 +183,10 @@ def main() -> None:
     setups: dict[str, dict[str, object]] = {"kernel": {}}
     if socket:
         setups["vpp"] = {"Dataplane": "vpp", "VPPAPISocket": socket, "UseTAPInterfaces": False}
-    tmp = Path(tempfile.mkdtemp(prefix=f"vcni-bench-scale-{os.getpid()}-"))
-    namespaces = Namespaces()
-    subnets = PodSubnets()
-    with ExitStack() as stack, EtcdServer() as etcd:
-        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
-        stack.callback(namespaces.close)
-        driver = build_driver(DEFAULT_BUILD_DIR)
-        bin_dir = plugin_bin_dir(tmp)
-        host_ns = namespaces.create()
+    with bench("scale") as b:
         for name, extra in setups.items():
-            config = bench_agent_config(tmp, etcd.endpoints, subnets.take(), extra)
-            try:
-                with agent_running(tmp, config, f"scale-{name}") as agent:
-                    net = ours_network(driver, bin_dir, tmp, host_ns, agent, f"scale-{name}")
-                    res = run(net, namespaces, args.live, args.measured,
-                              socket if name == "vpp" else "")
-            finally:
-                remove_agent_links(config)
+            res = measure_agent(b, f"scale-{name}", extra, args.live, args.measured,
+                                socket if name == "vpp" else "").figures
             print(f"{name}: ADD at >= {res.live} live pods: median {res.add.median:.1f} ms "
                   f"(p99 {res.add.p99:.1f}, n={res.add.n}); DEL median {res.delete.median:.1f} ms;"
                   f" MemAvailable drop {res.memory_mib_per_pod:.2f} MiB/pod; VPP rings per "
