@@ -137,7 +137,7 @@ class KernelDataplane:
         self, pod: PodNetwork, undo: UndoStack, netns: PodNetns | None = None
     ) -> Wiring:
         host = self.host_ifname(pod)
-        self.reaper.settle(host, pod.netns)  # a DEL's link holding our names goes first
+        self.reaper.settle(pod.netns, host)  # a DEL's link holding our names goes first
         pod_mac = mac_from_key(pod.key)
         mtu = pod.mtu or self.mtu
         # Two round trips on one host socket (agent/linux/nlwrite): the pair, then its routes; the

@@ -8,10 +8,14 @@ hands it here (`retire`); a worker thread deletes it shortly after, and the DEL 
 
 A retired link still holds two names until it is gone: its host name (derived from the pod key,
 so the same attachment ADDed again wants it back) and the pod's interface name inside the pod's
-namespace. `settle(name, netns)` is the per-name wait an ADD calls first: a pending delete of
-that host name, or of any link retired from that namespace, is done right there by the caller
-(or, when the worker is at it already, waited for). Nothing else can take those names meanwhile:
-the pod lock serializes requests of one key, and only retired links are ever pending here.
+namespace. `settle(netns, name)` is the wait an ADD calls first: a pending delete of that host
+name, or of any link retired from that namespace, is done right there by the caller (or, when
+the worker is at it already, waited for). Nothing else can take those names meanwhile: the pod
+lock serializes requests of one key, and only retired links are ever pending here.
+
+The kernel driver deletes with `netlink.delete_link`; the VPP driver's veth mode passes its own
+`delete` (agent/dataplane/vpp/podlinks: the link's reused name is free again only once it is
+gone).
 
 Namespaces: the driver works in its calling thread's network namespace (agent/linux/netns). The
 worker enters the namespace of the first thread that retires a link; a link retired from any
@@ -26,6 +30,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.linux import netlink
@@ -46,8 +51,10 @@ class _Retired:
 class LinkReaper:
     """Pending deletes of disabled host links, and the worker that carries them out."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0,
+                 delete: Callable[[str], object] = netlink.delete_link) -> None:
         self.delay = delay  # seconds a retired link waits before the worker deletes it
+        self._delete = delete  # deletes one link by name; raises CniError when it cannot
         self._cond = threading.Condition()
         self._pending: dict[str, _Retired] = {}  # by host name, oldest first
         self._busy: dict[str, _Retired] = {}  # being deleted right now (worker or a caller)
@@ -65,10 +72,10 @@ class LinkReaper:
                 self._pending[name] = _Retired(name, netns, time.monotonic() + self.delay)
                 self._cond.notify_all()
                 return
-        _delete(name)  # another namespace than the worker's: no deferring
+        self._delete_logged(name)  # another namespace than the worker's: no deferring
 
-    def settle(self, name: str, netns: str) -> None:
-        """Returns once no retired link holds host name `name` or an interface in `netns`."""
+    def settle(self, netns: str, name: str | None = None) -> None:
+        """Returns once no retired link holds an interface in `netns` or host name `name`."""
         while True:
             with self._cond:
                 due = [r for r in self._pending.values() if r.name == name or r.netns == netns]
@@ -109,7 +116,7 @@ class LinkReaper:
     def _finish(self, items: list[_Retired]) -> None:
         try:
             for item in items:
-                _delete(item.name)
+                self._delete_logged(item.name)
         finally:
             with self._cond:
                 for item in items:
@@ -156,14 +163,13 @@ class LinkReaper:
             self._cond.wait(wait)
         return None
 
+    def _delete_logged(self, name: str) -> None:
+        try:
+            self._delete(name)
+        except CniError as exc:  # logged: a down link left over is reconcile's orphan to remove
+            log.error("retired link %s not deleted: %s", name, exc)
+
 
 def _namespace() -> tuple[int, int]:
     info = os.stat(_OWN_NS)
     return info.st_dev, info.st_ino
-
-
-def _delete(name: str) -> None:
-    try:
-        netlink.delete_link(name)
-    except CniError as exc:  # logged: a down link left over is reconcile's orphan to remove
-        log.error("retired link %s not deleted: %s", name, exc)

@@ -17,7 +17,9 @@ Plan, one attachment each:
   finishes the DEL, in order;
 - the pod's netns is gone before the DEL (the kernel took the veth with it): the DEL still
   removes everything;
-- repair after a VPP restart asks VPP to delete no AF_PACKET binding it does not have.
+- repair after a VPP restart asks VPP to delete no AF_PACKET binding it does not have;
+- the DEL answers once VPP's interface is gone, the veth set down and left to the background:
+  its name stays held, and the same pod's next ADD into its namespace deletes it first.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pytest
 
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, afpacket, names
-from agent.linux import netlink
+from agent.linux import netlink, nlcodec
 from agent.model.errors import DataplaneFailure, TryAgainLater
 from agent.model.pod import PodNetwork, Wiring
 from testbed.netns import unique
@@ -57,6 +59,7 @@ def assert_all_gone(fake: FakeVPP, dp: VppDataplane, p: PodNetwork, host: str) -
     assert fake.interface_by_tag(names.pod_tag(p.key)) is None
     assert not any(str(p.addresses[0].ip) in prefix for _, prefix in fake.routes(1))
     assert not any(ip == str(p.addresses[0].ip) for _, ip in fake.neighbors())
+    dp.veth.reaper.drain()  # the veth's delete, which the DEL left to the background
     assert not netlink.link_exists(host)
     assert dp.owned() == {}
 
@@ -108,6 +111,7 @@ def test_a_del_after_a_vpp_restart_only_removes_the_veth(
     dp.detach(p, wiring)
     assert "af_packet_delete" not in fake.requests
     assert fake.log() == []
+    dp.veth.reaper.drain()
     assert not netlink.link_exists(wiring.host_ifname)
 
 
@@ -152,3 +156,28 @@ def test_repair_after_a_vpp_restart_deletes_no_binding_vpp_lacks(
     dp.detach(p, restored)
     assert fake.log() == []
     assert_all_gone(fake, dp, p, wiring.host_ifname)
+
+
+def test_a_del_leaves_the_veth_down_to_the_background_and_its_names_held(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str, pod_ns2: str
+) -> None:
+    dp, p, wiring = wired(driver_factory, pod_ns, "10.1.1.46/32")
+    host = wiring.host_ifname
+    dp.veth.reaper.delay = 60.0  # the background delete waits: what the DEL left is seen
+    dp.detach(p, wiring)
+    assert fake.interface_by_tag(names.pod_tag(p.key)) is None  # VPP's part: in the DEL
+    assert fake.log() == []
+    with netlink.host_reader() as reader:
+        link = reader.link(host)
+    assert link is not None and not link.flags & nlcodec.IFF_UP
+    assert dp.pending_link_deletes() == 1 and dp.owned() == {}  # on its way out, no orphan
+    other = pod(pod_ns2, "10.1.1.47/32")
+    wo = dp.attach(other, UndoStack())
+    assert wo.host_ifname != host  # the name is held until the link is gone
+    again = dp.attach(p, UndoStack())  # eth0 in the pod's namespace: deleted first
+    assert dp.pending_link_deletes() == 0 and dp.check(p, again) == []
+    dp.detach(p, again)
+    dp.detach(other, wo)
+    dp.close()  # the agent's shutdown deletes what is pending
+    assert not netlink.link_exists(again.host_ifname) and not netlink.link_exists(wo.host_ifname)
+    assert fake.log() == []

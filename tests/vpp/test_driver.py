@@ -77,6 +77,7 @@ def test_veth_attach_check_detach(fake: FakeVPP, driver_factory: Factory, pod_ns
     assert dp.owned() == {itf.name: names.pod_tag(p.key)}
     dp.detach(p, wiring)
     assert fake.snapshot() == base
+    dp.veth.reaper.drain()  # the veth's delete, which the DEL left to the background
     assert not netlink.link_exists(wiring.host_ifname)
     dp.detach(p, wiring)  # repeated DEL: cheap success
     assert fake.snapshot() == base

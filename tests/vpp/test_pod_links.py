@@ -45,6 +45,7 @@ def test_a_deleted_pods_name_is_the_next_adds(
     wa, wb = dp.attach(a, UndoStack()), dp.attach(b, UndoStack())
     assert (wa.host_ifname, wb.host_ifname) == ("vswp0", "vswp1")
     dp.detach(a, wa)
+    dp.veth.reaper.drain()  # the name is free once the veth is gone
     assert not netlink.link_exists("vswp0") and netlink.link_exists("vswp1")
     with named_netns("tvp") as ns:
         c = pod(ns, "10.1.1.52/32")
@@ -157,6 +158,7 @@ def test_an_older_agents_record_is_checked_adopted_and_deleted(
     assert restored is not None and restored.host_ifname == wiring.host_ifname
     assert dp.check(p, restored) == []
     dp.detach(p, restored)
+    dp.veth.reaper.drain()
     assert not netlink.link_exists(wiring.host_ifname)
     assert fake.log() == [] and dp.owned() == {}
 
@@ -172,6 +174,7 @@ def test_a_del_without_a_record_finds_old_and_new_links(
     again = started(driver_factory)  # a restarted agent, and no record (a repeated DEL)
     again.detach(new, None)
     again.detach(legacy, None)
+    again.veth.reaper.drain()
     assert not netlink.link_exists(wn.host_ifname) and not netlink.link_exists(wl.host_ifname)
     assert fake.interface_by_tag(names.pod_tag(new.key)) is None
     assert fake.interface_by_tag(names.pod_tag(legacy.key)) is None

@@ -152,9 +152,11 @@ class VppDataplane:
         )
 
     def pending_link_deletes(self) -> int:
-        """Pairs DELs retired whose AF_PACKET interface and veth are not deleted yet (the
-        agent's vswitch_cni_pending_link_deletes gauge)."""
-        return len(self.pool.retiring()) if self.pool is not None else 0
+        """Pairs DELs retired to the pool whose AF_PACKET interface and veth are not deleted
+        yet, and veths (VPP's interface gone) waiting for the reaper (the agent's
+        vswitch_cni_pending_link_deletes gauge)."""
+        retiring = len(self.pool.retiring()) if self.pool is not None else 0
+        return retiring + self.veth.reaper.pending()
 
     def pod_pool_state(self) -> tuple[int, dict[str, int]] | None:
         """The pool's spares ready now and its ADDs by what they got (the agent's
@@ -168,10 +170,12 @@ class VppDataplane:
         disconnects; pods stay wired."""
         if self.pool is not None:
             self.pool.close()
+        self.veth.reaper.drain()  # VPP let go of these veths already
         self.api.close()
 
     def teardown(self) -> list[str]:
         """Removes the base configuration (the node leaves); pods must be detached first."""
+        self.veth.reaper.drain()
         with self._base_lock:
             self.api.connect()
             removed = remove_pairs(self.api, self.links)  # spares, retired pairs
@@ -383,7 +387,8 @@ class VppDataplane:
             for i in interfaces.dump(self.api)
             if i.tag.startswith(names.POD_TAG_PREFIX)
         }
+        retired = self.veth.reaper.names()  # a DEL's veth on its way out is nobody's orphan
         for link, tag in self.links.ours().items():
-            if afpacket.vpp_name(link) not in found:
+            if afpacket.vpp_name(link) not in found and link not in retired:
                 found[link] = tag
         return found

@@ -79,6 +79,11 @@ class PodLinks:
         with self._lock:
             self._table()[name] = tag
 
+    def owner(self, name: str) -> str | None:
+        """The tag `name` is held for (TAKEN: someone else's); None: not in the table."""
+        with self._lock:
+            return self._table().get(name)
+
     def with_tag(self, tag: str) -> list[str]:
         """The names held for `tag` (the pool's spares and retired pairs at start)."""
         with self._lock:

@@ -17,6 +17,12 @@ no binding on it. A veth that goes first leaves VPP polling a socket whose devic
 26.06 logs `af_packet_fd_error: Network is down`, and under pod churn such sockets once made it
 spin at 100 % CPU and stop answering its API). A VPP that does not answer may still hold the
 socket, so then the veth stays: the DEL fails with 11 and its retry removes both in order.
+
+Without the pool's retire, VPP's interface is deleted in the DEL (~4 ms with the kernel's
+expedited grace periods, agent/linux/rcu), and the veth, set down, goes to a `LinkReaper` as the
+kernel driver's do: the DEL answers without waiting for the kernel's ~20 ms unregister. Its name
+stays held (as retired) until the link is gone, and an ADD into the same pod namespace settles
+the namespace's pending deletes first (the pod's interface name is in use until then).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import errno
 import os
 
 from agent.dataplane import UndoStack
+from agent.dataplane.reaper import LinkReaper
 from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.interfaces import set_tag
@@ -54,12 +61,14 @@ class VethAfPacket:
         self.links = links
         self.pod_tso4 = pod_tso4
         self.pool = pool
+        self.reaper = LinkReaper(delete=links.delete)  # DEL's veths, once VPP let go of them
 
     def check_usable(self) -> None:
         """AF_PACKET needs nothing beyond a kernel with veth support."""
 
     def create(self, pod: PodNetwork, tag: str, undo: UndoStack,
                netns: PodNetns | None = None) -> Port:
+        self.reaper.settle(pod.netns)  # a DEL's veth still holding the pod's interface name
         spare = self.pool.take(self.api.generation) if self.pool is not None else None
         if spare is not None:
             return self._from_spare(pod, tag, spare, undo, netns)
@@ -237,14 +246,25 @@ class VethAfPacket:
         return [] if host is None else [afpacket.vpp_name(host)]
 
     def remove(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None) -> None:
+        """VPP's interface now; the veth set down and handed to the reaper (see the
+        docstring). A name the table holds for another tag is left alone: a retried DEL's
+        record may name a link that went and whose name a newer pod took, or one this pod's
+        first DEL retired already."""
         host = self._host(pod, wiring)
         if host is None:
+            return
+        owner = self.links.owner(host)
+        if owner is not None and owner != names.pod_tag(pod.key):
             return
         if sw_if_index is not None:
             # Raises when VPP refuses or does not answer: the veth stays (see the docstring).
             afpacket.delete(self.api, host)
             failpoints.hit("del:vpp-afpacket")
-        self.links.delete(host)
+        if netlink.disable_link(host):
+            self.links.assign(host, names.RETIRED_TAG)
+            self.reaper.retire(host, pod.netns)
+        else:  # gone with its pod namespace already: only the name to free
+            self.links.delete(host)
 
     def problems(self, pod: PodNetwork, sw_if_index: int, wiring: Wiring) -> list[str]:
         host = self._host(pod, wiring)
