@@ -201,3 +201,21 @@ def test_a_tagged_link_without_its_vpp_interface_is_an_orphan(
     assert not netlink.link_exists(wiring.host_ifname) and again.owned() == {}
     # Its name is free again.
     assert again.attach(p, UndoStack()).host_ifname == wiring.host_ifname
+
+
+def test_a_retried_del_leaves_the_name_another_pod_took_alone(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str, pod_ns2: str
+) -> None:
+    dp = started(driver_factory)
+    a, b = pod(pod_ns, "10.1.1.53/32"), pod(pod_ns2, "10.1.1.54/32")
+    wa = dp.attach(a, UndoStack())
+    dp.detach(a, wa)
+    dp.veth.reaper.drain()
+    wb = dp.attach(b, UndoStack())
+    assert wb.host_ifname == wa.host_ifname  # the freed name, reused
+    dp.detach(a, wa)  # the runtime retries a's DEL (its answer was lost), with a's record
+    assert dp.check(b, wb) == []
+    assert netlink.link_exists(wb.host_ifname) and dp.pending_link_deletes() == 0
+    dp.detach(b, wb)
+    dp.veth.reaper.drain()
+    assert fake.log() == [] and dp.owned() == {}
