@@ -224,8 +224,7 @@ class VppApi:
                     self.observe(name, time.monotonic() - started)
                 return out
             except OSError as exc:  # vpp-papi's IO errors (broken socket, no reply) are OSErrors
-                self._teardown(self._client)
-                raise TryAgainLater(f"lost the connection to VPP during {name}", str(exc)) from exc
+                raise self._lost(self._client, name, exc) from exc
             except (ValueError, TypeError, KeyError) as exc:
                 raise DataplaneFailure(
                     f"VPP's schema refuses the {name} request", str(exc)
@@ -283,12 +282,16 @@ class VppApi:
                         now = time.monotonic()
                         self.observe(requests[pos][0], now - started)
                         started = now
-            except OSError as exc:  # as in _invoke: the connection is not to be trusted now
-                self._teardown(client)
+            except OSError as exc:
                 names = ", ".join(sorted({name for name, _ in requests}))
-                raise TryAgainLater(f"lost the connection to VPP during {names}",
-                                    str(exc)) from exc
+                raise self._lost(client, names, exc) from exc
             return replies
+
+    def _lost(self, client: Any, what: str, exc: OSError) -> TryAgainLater:
+        """After an IO error the connection is not to be trusted: dropped (the next request
+        connects again); returns the error to raise."""
+        self._teardown(client)
+        return TryAgainLater(f"lost the connection to VPP during {what}", str(exc))
 
     def _pack(self, client: Any, name: str, fields: dict[str, Any]) -> tuple[int, bytes]:
         """(context, bytes) of one request, as vpp-papi 2.4's own sending code makes them."""
