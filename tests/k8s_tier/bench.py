@@ -187,7 +187,7 @@ def table(results: list[Rows]) -> str:
 
 
 def section(results: list[Rows], args: argparse.Namespace, load: tuple[str, str],
-            rcu: tuple[bool, bool] = (False, False)) -> str:
+            rcu: tuple[bool, bool]) -> str:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True, check=False).stdout.strip()
     return "\n".join([
