@@ -181,3 +181,17 @@ def test_a_del_leaves_the_veth_down_to_the_background_and_its_names_held(
     dp.close()  # the agent's shutdown deletes what is pending
     assert not netlink.link_exists(again.host_ifname) and not netlink.link_exists(wo.host_ifname)
     assert fake.log() == []
+
+
+def test_a_veth_a_killed_agent_left_to_the_background_is_an_orphan_for_the_next(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    dp, p, wiring = wired(driver_factory, pod_ns, "10.1.1.48/32")
+    host = wiring.host_ifname
+    dp.veth.reaper.delay = 60.0  # the agent dies before its reaper got to the veth
+    dp.detach(p, wiring)
+    again = driver_factory()  # the next agent: no record of the pod (its DEL had committed)
+    assert again.owned() == {host: names.pod_tag(p.key)}
+    again.remove_orphan(host)  # what reconcile does with it
+    assert not netlink.link_exists(host) and again.owned() == {}
+    assert fake.log() == []
