@@ -101,8 +101,9 @@ def section(results: list[dict[str, Any]], command: str, load: tuple[str, str]) 
     lines = [
         BEGIN, "## VPP's AF_PACKET livelock (issue #27)", "",
         f"Command: `{command}` (as root). VPP: {', '.join(versions)}, started per trial by "
-        f"`{vpp_nodes.START}`. How: the module's docstring; why: docs/vpp.md, \"A livelock of "
-        f"VPP's\". Load average {load[0]} at the start, {load[1]} at the end.", "",
+        f"the script `${vpp_nodes.START_ENV}` names. How: the module's docstring; why: "
+        f"docs/vpp.md, \"A livelock of VPP's\". Load average {load[0]} at the start, "
+        f"{load[1]} at the end.", "",
         "| AF_PACKET interfaces holding a frame | receive mode | VPP answers afterwards |",
         "| --- | --- | --- |"]
     lines += [f"| {r['count']} | {r['mode']} | {'yes' if r['answers'] else '**no**'} |"
