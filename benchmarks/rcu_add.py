@@ -2,7 +2,7 @@
 #25: VPP ADD <= 1.3x the kernel's; agent/linux/rcu, `ExpediteKernelRcu`).
 
     VSWITCH_TEST_VPP_SOCKET=/run/vpp/api.sock python3 -m benchmarks.rcu_add \
-        [--rounds 2] [--live 100] [--measured 30] [--out BENCHMARKS.md]
+        [--rounds 2] [--live 100] [--measured 30] [--burst 48] [--out BENCHMARKS.md]
 
 As root, with a running VPP. Each round sets /sys/kernel/rcu_expedited to 0, then to 1, and
 under each runs benchmarks.scale_add's measurement (pods added through libcni one at a time
@@ -11,8 +11,11 @@ other: the kernel dataplane, and VPP in veth + AF_PACKET mode with `VppPodPool` 
 VPP agents have `ExpediteKernelRcu: true` under 1, as an operator would; VppPodPool's default
 is 4 under 0 and 0 under 1, the report marks it). VPP's figures are compared with the kernel
 dataplane's of the same round and knob. The agents' histograms
-(benchmarks.agent_metrics) give the mean `wire` phase and `af_packet_create_v3`. The knob is
-machine-wide; its value from before the run is written back at the end.
+(benchmarks.agent_metrics) give the mean `wire` phase and `af_packet_create_v3`. Then each
+setup's burst (`--burst` pods, 0: none), on an agent of its own with no pod up: the pods added by
+16 runtimes at once and deleted the same way (benchmarks.cni_bench.throughput, figure 2's
+measure), as a Deployment's pods reach a node together. The knob is machine-wide; its value from
+before the run is written back at the end.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from typing import Any
 
 from agent.linux.rcu import KNOB
 from benchmarks import agent_metrics, machine
-from benchmarks.scale_add import bench, measure_agent
+from benchmarks.cni_bench import Throughput, throughput
+from benchmarks.harness import agent_running, bench_agent_config, ours_network, remove_agent_links
+from benchmarks.scale_add import Bench, bench, measure_agent
 from benchmarks.soak_report import write_section
 
 BEGIN = ("<!-- rcu-add: begin (written by python3 -m benchmarks.rcu_add; "
@@ -49,6 +54,7 @@ class Row:
     wire_ms: float | None
     create_ms: float | None
     load: str
+    burst: Throughput | None = None  # the 16-runtime burst on an agent of its own
 
 
 def agent_extra(setup: str, knob: int, socket: str) -> dict[str, Any]:
@@ -78,24 +84,38 @@ def _mean_ms(series: dict[str, agent_metrics.Histogram], key: str) -> float | No
     return 1000 * h.sum / h.count if h is not None and h.count else None
 
 
-def measure(rounds: int, live: int, measured: int, socket: str) -> list[Row]:
+def measure_burst(b: Bench, name: str, extra: dict[str, Any], count: int) -> Throughput:
+    """`count` pods added by 16 runtimes at once, then deleted so, on an agent of its own."""
+    config = bench_agent_config(b.tmp, b.etcd_endpoints, b.subnets.take(), extra)
+    try:
+        with agent_running(b.tmp, config, name) as agent:
+            net = ours_network(b.driver, b.bin_dir, b.tmp, b.host_ns, agent, name)
+            return throughput(net, b.namespaces, count, {})
+    finally:
+        remove_agent_links(config)
+
+
+def measure(rounds: int, live: int, measured: int, burst: int, socket: str) -> list[Row]:
     rows: list[Row] = []
     with knob_restored(), bench("rcu") as b:
         for r in range(1, rounds + 1):
             for knob in (0, 1):
                 set_knob(knob)
                 for setup in SETUPS:
-                    res = measure_agent(b, f"rcu{r}{knob}{SETUPS.index(setup)}",
-                                        agent_extra(setup, knob, socket), live, measured,
+                    name = f"rcu{r}{knob}{SETUPS.index(setup)}"
+                    extra = agent_extra(setup, knob, socket)
+                    res = measure_agent(b, name, extra, live, measured,
                                         socket if setup != "kernel" else "")
                     row = Row(r, knob, setup, res.figures.add.median, res.figures.add.p99,
                               res.figures.delete.median, _mean_ms(res.phases, "wire"),
                               _mean_ms(res.vpp_calls, "af_packet_create_v3"),
                               machine.loadavg().split()[0])
+                    if burst:
+                        row.burst = measure_burst(b, name + "b", extra, burst)
                     rows.append(row)
                     print(f"round {r} knob {knob} {setup}: ADD {row.add_ms:.1f} ms (p99 "
-                          f"{row.add_p99_ms:.1f}), DEL {row.del_ms:.1f} ms, load {row.load}",
-                          flush=True)
+                          f"{row.add_p99_ms:.1f}), DEL {row.del_ms:.1f} ms, {_burst(row)}, "
+                          f"load {row.load}", flush=True)
     return rows
 
 
@@ -103,6 +123,20 @@ def ratio(rows: list[Row], row: Row) -> float:
     kernel = next(k for k in rows if (k.round, k.knob, k.setup) == (row.round, row.knob,
                                                                     "kernel"))
     return row.add_ms / kernel.add_ms
+
+
+def _burst(row: Row) -> str:
+    """The burst's cells: ADD pods/s (median ms), DEL pods/s (median ms)."""
+    t = row.burst
+    if t is None:
+        return " | "
+    return (f"{t.add_pods_per_s:.1f} ({statistics.median(t.add_latency):.0f}) | "
+            f"{t.del_pods_per_s:.1f} ({statistics.median(t.del_latency):.0f})")
+
+
+def _median_rate(rows: list[Row], verb: str) -> str:
+    rates = [getattr(r.burst, f"{verb}_pods_per_s") for r in rows if r.burst is not None]
+    return f"{statistics.median(rates):.1f}" if rates else ""
 
 
 def _agent(setup: str, knob: int) -> str:
@@ -120,16 +154,19 @@ def section(rows: list[Row], command: str, load: tuple[str, str], live: int) -> 
         f"ADD and DEL at {live}+ live pods through libcni, as section 8. Load average "
         f"{load[0]} at the start, {load[1]} at the end. Code: {machine.git_commit()}.", "",
         "| round | rcu_expedited | agent | ADD ms (p99) | DEL ms | ADD / kernel ADD | "
-        "`wire` mean ms | `af_packet_create_v3` mean ms | 1-min load after |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        "`wire` mean ms | `af_packet_create_v3` mean ms | burst ADD pods/s (median ms) | "
+        "burst DEL pods/s (median ms) | 1-min load after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         lines.append(
             f"| {row.round} | {row.knob} | {_agent(row.setup, row.knob)} | "
             f"{row.add_ms:.1f} ({row.add_p99_ms:.1f}) | {row.del_ms:.1f} | "
-            f"{ratio(rows, row):.2f} x | {_ms(row.wire_ms)} | {_ms(row.create_ms)} | {row.load} |")
+            f"{ratio(rows, row):.2f} x | {_ms(row.wire_ms)} | {_ms(row.create_ms)} | "
+            f"{_burst(row)} | {row.load} |")
     lines += ["", "Medians over the rounds:", "",
-              "| rcu_expedited | agent | ADD ms | DEL ms | ADD / kernel ADD |",
-              "| --- | --- | --- | --- | --- |"]
+              "| rcu_expedited | agent | ADD ms | DEL ms | ADD / kernel ADD | burst ADD pods/s | "
+              "burst DEL pods/s |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for knob in (0, 1):
         for setup in SETUPS:
             mine = [r for r in rows if (r.knob, r.setup) == (knob, setup)]
@@ -139,9 +176,12 @@ def section(rows: list[Row], command: str, load: tuple[str, str], live: int) -> 
                 f"| {knob} | {_agent(setup, knob)} | "
                 f"{statistics.median(r.add_ms for r in mine):.1f} | "
                 f"{statistics.median(r.del_ms for r in mine):.1f} | "
-                f"{statistics.median(ratio(rows, r) for r in mine):.2f} x |")
+                f"{statistics.median(ratio(rows, r) for r in mine):.2f} x | "
+                f"{_median_rate(mine, 'add')} | {_median_rate(mine, 'del')} |")
     lines += ["", "The VPP agents run veth + AF_PACKET pods, with `ExpediteKernelRcu: true` "
-              "under 1. \"The default\": what `VppPodPool` unset gives under that knob "
+              "under 1. Burst: pods added by 16 runtimes at once on an agent with no pod up, "
+              "then deleted so; pods/s = pods / wall time (figure 2's measure). "
+              "\"The default\": what `VppPodPool` unset gives under that knob "
               "(docs/vpp.md, \"VPP's AF_PACKET interfaces and the kernel's RCU grace "
               "periods\").", END, ""]
     return "\n".join(lines)
@@ -152,6 +192,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--live", type=int, default=100)
     parser.add_argument("--measured", type=int, default=30)
+    parser.add_argument("--burst", type=int, default=48, help="pods per burst (0: none)")
     parser.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -162,11 +203,11 @@ def main() -> None:
     if not os.path.exists(KNOB):
         parser.error(f"this kernel has no {KNOB}")
     before = machine.loadavg()
-    rows = measure(args.rounds, args.live, args.measured, socket)
+    rows = measure(args.rounds, args.live, args.measured, args.burst, socket)
     command = "python3 -m benchmarks.rcu_add" + "".join(
         f" --{name} {value}" for name, value, default in (
             ("rounds", args.rounds, 2), ("live", args.live, 100),
-            ("measured", args.measured, 30)) if value != default)
+            ("measured", args.measured, 30), ("burst", args.burst, 48)) if value != default)
     write_section(args.out, section(rows, command, (before, machine.loadavg()), args.live),
                   BEGIN, END)
     print(f"wrote {args.out}")

@@ -6,6 +6,7 @@ operator's would.
 from __future__ import annotations
 
 from benchmarks import rcu_add
+from benchmarks.cni_bench import Throughput
 from benchmarks.rcu_add import Row, agent_extra
 
 P0 = "vpp, VppPodPool 0"
@@ -19,13 +20,18 @@ def test_vpp_rows_are_compared_with_the_kernel_of_their_round_and_knob() -> None
                                  (2, 1, "kernel", 30.0), (2, 1, P0, 39.0))]
     assert [round(rcu_add.ratio(rows, r), 2) for r in rows if r.setup == P0] == \
         [2.0, 1.1, 2.5, 1.3]
+    for row, add_rate in zip((rows[3], rows[7]), (30.0, 40.0), strict=True):
+        row.burst = Throughput(48, add_rate, 50.0, [10.0, 30.0, 20.0], [5.0, 7.0, 6.0], {}, {})
     text = rcu_add.section(rows, "python3 -m benchmarks.rcu_add", ("1", "2"), 100)
     assert text.startswith(rcu_add.BEGIN) and text.rstrip().endswith(rcu_add.END)
-    # no pool is VppPodPool's default where grace periods are expedited, not where normal
-    assert f"| 1 | 1 | {P0} (the default) | 44.0 (49.0) | 20.0 | 1.10 x |" in text
-    # medians over the two rounds: ADD (44+39)/2, ratio (1.1+1.3)/2
-    assert f"| 1 | {P0} (the default) | 41.5 | 20.0 | 1.20 x |" in text
-    assert f"| 0 | {P0} | 55.0 | 20.0 | 2.25 x |" in text
+    # no pool is VppPodPool's default where grace periods are expedited, not where normal;
+    # the burst's cells: pods/s and the median latency
+    assert (f"| 1 | 1 | {P0} (the default) | 44.0 (49.0) | 20.0 | 1.10 x |  |  | "
+            "30.0 (20) | 50.0 (6) | 1.0 |") in text
+    assert f"| 1 | 0 | {P0} | 60.0 (65.0) | 20.0 | 2.00 x |  |  |  |  | 1.0 |" in text
+    # medians over the two rounds: ADD (44+39)/2, ratio (1.1+1.3)/2, burst (30+40)/2
+    assert f"| 1 | {P0} (the default) | 41.5 | 20.0 | 1.20 x | 35.0 | 50.0 |" in text
+    assert f"| 0 | {P0} | 55.0 | 20.0 | 2.25 x |  |  |" in text
 
 
 def test_the_agents_follow_the_knob_as_an_operator_configures_them() -> None:
