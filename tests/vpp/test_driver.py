@@ -268,3 +268,21 @@ def test_pod_add_check_del_walk_no_whole_table(
     assert not WHOLE_TABLE_DUMPS & set(sent), sent
     assert fake.interface_by_tag(names.pod_tag(second.key)) is None
     assert fake.interface_by_tag(names.pod_tag(first.key)) is not None
+
+
+def test_a_veth_add_tags_its_interface_first_of_all_it_asks_after_the_create(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    """The tag is the first thing an ADD asks of VPP after the create (it leads the ADD's
+    pipeline now): a half-wired interface is its owner's from VPP's first step on."""
+    dp = driver_factory()
+    dp.start()
+    p = pod(pod_ns, "10.1.1.22/32")
+    mark = len(fake.requests)
+    dp.attach(p, UndoStack())
+    sent = fake.requests[mark:]
+    create = sent.index("af_packet_create_v3")
+    assert sent[create + 1] == "sw_interface_tag_add_del", sent
+    assert sent.count("sw_interface_tag_add_del") == 1, sent
+    itf = fake.interface_by_tag(names.pod_tag(p.key))
+    assert itf is not None and itf.flags & 1

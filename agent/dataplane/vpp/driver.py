@@ -230,6 +230,8 @@ class VppDataplane:
         """The pod's interface and addresses in VPP, sent as one pipeline (one round trip)."""
         sw = port.sw_if_index
         with self.api.pipeline() as batch:
+            if port.tag is not None:
+                interfaces.set_tag(batch, sw, port.tag)
             if not port.prepared:  # a spare is in the pod VRF, unnumbered, MTU set and up
                 for ipv6 in sorted({a.version == 6 for a in pod.addresses}):
                     interfaces.set_table(batch, sw, self.cfg.pod_vrf_id, ipv6)

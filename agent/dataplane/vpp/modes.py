@@ -27,6 +27,9 @@ class Port:
     vpp_mac: str
     # VPP's interface is in the pod VRF, unnumbered, MTU set and up already (a pool's spare)
     prepared: bool = False
+    # the owner tag the driver's pipeline sets first, before anything else of the pod's (one
+    # round trip less than a call of its own); None: the mode tagged the interface itself
+    tag: str | None = None
 
 
 class WiringMode(Protocol):

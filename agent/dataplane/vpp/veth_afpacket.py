@@ -34,7 +34,6 @@ from agent.dataplane import UndoStack
 from agent.dataplane.reaper import LinkReaper
 from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
-from agent.dataplane.vpp.interfaces import set_tag
 from agent.dataplane.vpp.modes import Port
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.dataplane.vpp.podpool import PodPool, Spare, node_netns_fd
@@ -77,9 +76,9 @@ class VethAfPacket:
         host, sw_if_index = self._link_and_bind(pod, tag, pod_mac, vpp_mac)
         undo.push(f"delete veth {host}", lambda: self.links.delete(host))
         undo.push(f"delete af_packet {host}", lambda: afpacket.delete(self.api, host))
-        # Tagged first, so that even a half-wired interface is found again by its owner.
-        set_tag(self.api, sw_if_index, tag)
-        return Port(sw_if_index, host, pod_mac, vpp_mac)
+        # Tagged by the first message of the driver's pipeline, so that even a half-wired
+        # interface is found again by its owner (an untagged one by its veth's alias).
+        return Port(sw_if_index, host, pod_mac, vpp_mac, tag=tag)
 
     def _from_spare(self, pod: PodNetwork, tag: str, spare: Spare, undo: UndoStack,
                     netns: PodNetns | None) -> Port:
@@ -102,11 +101,10 @@ class VethAfPacket:
                     ) from exc
                 raise DataplaneFailure(f"moving spare {spare.host}'s end into {pod.key}",
                                        describe(exc)) from exc
-        set_tag(self.api, spare.sw_if_index, tag)
         if not self.pod_tso4:
             self._tso4_off(pod)
         return Port(spare.sw_if_index, spare.host, pod_mac, spare.vpp_mac,
-                    prepared=mtu == self.mtu)
+                    prepared=mtu == self.mtu, tag=tag)
 
     def _destroy(self, spare: Spare) -> None:
         """A failed ADD's spare: VPP's interface, then the veth (wherever its end is)."""
@@ -238,8 +236,8 @@ class VethAfPacket:
             afpacket.delete(self.api, host)
         sw_if_index = afpacket.create(self.api, host, vpp_mac, self.rings)
         undo.push(f"delete af_packet {host}", lambda: afpacket.delete(self.api, host))
-        set_tag(self.api, sw_if_index, tag)
-        return Port(sw_if_index, host, wiring.pod_mac or names.pod_mac(pod.key), vpp_mac)
+        return Port(sw_if_index, host, wiring.pod_mac or names.pod_mac(pod.key), vpp_mac,
+                    tag=tag)
 
     def vpp_names(self, pod: PodNetwork, wiring: Wiring | None) -> list[str] | None:
         host = self._host(pod, wiring)
