@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 from agent.dataplane import UndoStack
-from agent.dataplane.vpp import VppDataplane, names
+from agent.dataplane.vpp import VppDataplane, ip, names
 from agent.linux import iproute, netlink
 from agent.model.errors import DataplaneFailure, TryAgainLater
 from testbed.pods import vpp_pod as pod
@@ -286,3 +286,20 @@ def test_a_veth_add_tags_its_interface_first_of_all_it_asks_after_the_create(
     assert sent.count("sw_interface_tag_add_del") == 1, sent
     itf = fake.interface_by_tag(names.pod_tag(p.key))
     assert itf is not None and itf.flags & 1
+
+
+def test_a_del_leaves_the_route_to_its_address_another_pod_holds_now(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str, pod_ns2: str
+) -> None:
+    dp = driver_factory()
+    dp.start()
+    a, b = pod(pod_ns, "10.1.1.23/32"), pod(pod_ns2, "10.1.1.24/32")
+    wa, wb = dp.attach(a, UndoStack()), dp.attach(b, UndoStack())
+    host, sw_b = ipaddress.ip_network("10.1.1.23/32"), int(wb.extra["sw_if_index"])
+    ip.delete_route(dp.api, 1, host)
+    ip.add_route(dp.api, 1, host, ip.via_interface(host, sw_b))  # a's address leads to b now
+    dp.detach(a, wa)
+    assert fake.routes(1)[(1, "10.1.1.23/32")].paths[0]["sw_if_index"] == sw_b
+    assert fake.interface_by_tag(names.pod_tag(a.key)) is None
+    assert not any(ip_ == "10.1.1.23" for _, ip_ in fake.neighbors())
+    assert dp.check(b, wb) == []

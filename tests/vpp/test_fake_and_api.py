@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from agent.dataplane.vpp import VppConfig, names
-from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp import VppConfig, ip, names
+from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
 from agent.model.errors import DataplaneFailure, InvalidConfig, TryAgainLater
 from agent.model.pod import PodKey
 from tests.fakevpp import API_DIR, FakeVPP
@@ -165,5 +165,28 @@ def test_a_pipeline_to_a_vpp_that_went_away_is_try_again_later(bare_fake: FakeVP
                 api.pipeline() as batch:
             batch.call("sw_interface_set_flags", sw_if_index=0, flags=1)
         assert not api.connected
+    finally:
+        api.close()
+
+
+def test_requests_sent_together_tell_no_such_entry_apart_from_a_refusal(
+    bare_fake: FakeVPP,
+) -> None:
+    api = _api(bare_fake)
+    try:
+        sw = int(api.call("create_loopback", mac_address="02:00:00:00:00:01").sw_if_index)
+        here, gone = ipaddress.ip_network("10.9.0.1/32"), ipaddress.ip_network("10.9.0.2/32")
+        ip.add_route(api, 0, here, ip.via_interface(here, sw))
+        found = api.call_all_present([ip.lookup_request(0, p) for p in (here, gone)])
+        assert found[1] is None and found[0] is not None
+        assert ip.from_reply(found[0]).sw_if_indexes == (sw,)
+        # a delete of what is gone is done; a refusal of another kind raises, and the
+        # requests after it were carried out
+        assert api.call_all_present([ip.delete_route_request(0, gone)]) == [None]
+        with pytest.raises(VppCallFailed) as refused:
+            api.call_all_present([("sw_interface_set_flags", {"sw_if_index": 999, "flags": 1}),
+                                  ip.delete_route_request(0, here)])
+        assert refused.value.retval != NO_SUCH_ENTRY
+        assert ip.route(api, 0, here) is None
     finally:
         api.close()

@@ -287,6 +287,19 @@ class VppApi:
                 raise self._lost(client, names, exc) from exc
             return replies
 
+    def call_all_present(self, requests: Sequence[tuple[str, dict[str, Any]]]
+                         ) -> list[Any | None]:
+        """`call_all` with the retvals checked: a reply, or None where VPP answered "no such
+        entry" (a lookup that found nothing, a delete of what is gone); the first other
+        refusal raises VppCallFailed (the requests after it were carried out)."""
+        out: list[Any | None] = []
+        for (name, _), reply in zip(requests, self.call_all(requests), strict=True):
+            retval = int(getattr(reply, "retval", 0))
+            if retval not in (0, NO_SUCH_ENTRY):
+                raise VppCallFailed(name, retval)
+            out.append(reply if retval == 0 else None)
+        return out
+
     def _lost(self, client: Any, what: str, exc: OSError) -> TryAgainLater:
         """After an IO error the connection is not to be trusted: dropped (the next request
         connects again); returns the error to raise."""

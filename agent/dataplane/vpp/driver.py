@@ -271,17 +271,23 @@ class VppDataplane:
         self.veth.retire(pod, sw_if_index, wiring, self.api.generation)
 
     def _unwire_vpp(self, pod: PodNetwork, sw_if_index: int | None) -> None:
-        """The pod's routes and neighbors in VPP (only ours)."""
-        for addr in pod.addresses:
-            host = ipaddress.ip_network(f"{addr.ip}/{addr.max_prefixlen}")
-            route = ip.route(self.api, self.cfg.pod_vrf_id, host)
+        """The pod's routes and neighbors in VPP (only ours), in two round trips whatever the
+        pod's address count: its host routes looked up, then ours and its neighbors on its
+        interface deleted (one that is gone already counts as deleted)."""
+        vrf = self.cfg.pod_vrf_id
+        hosts = [ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}") for a in pod.addresses]
+        found = self.api.call_all_present([ip.lookup_request(vrf, h) for h in hosts])
+        deletes = []
+        for host, reply in zip(hosts, found, strict=True):
             # Only our route: the prefix may belong to another pod by now.
-            if route is not None and (sw_if_index is None or sw_if_index in route.sw_if_indexes):
-                ip.delete_route(self.api, self.cfg.pod_vrf_id, host)
-            if sw_if_index is not None:
-                for (sw, nip), mac in neighbors.dump(self.api, sw_if_index).items():
-                    if sw == sw_if_index and nip == str(addr.ip):
-                        neighbors.delete(self.api, sw, addr.ip, mac)
+            if reply is not None and (
+                sw_if_index is None or sw_if_index in ip.from_reply(reply).sw_if_indexes
+            ):
+                deletes.append(ip.delete_route_request(vrf, host))
+        if sw_if_index is not None:  # on the pod's own interface: ours whatever their MAC
+            mac = names.pod_mac(pod.key)
+            deletes += [neighbors.delete_request(sw_if_index, a.ip, mac) for a in pod.addresses]
+        self.api.call_all_present(deletes)
 
     def detach(self, pod: PodNetwork, wiring: Wiring | None) -> None:
         if self.pool is None:

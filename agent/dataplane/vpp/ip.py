@@ -127,6 +127,24 @@ def route(api: VppApi, table_id: int, prefix: IPNetwork) -> VppRoute | None:
     return _route(reply.route)
 
 
+def lookup_request(table_id: int, prefix: IPNetwork) -> tuple[str, dict[str, Any]]:
+    """`route`'s request, for VppApi.call_all_present (several in one round trip); its reply
+    gives `from_reply`."""
+    return "ip_route_lookup", {"table_id": table_id, "exact": 1, "prefix": prefix}
+
+
+def delete_route_request(table_id: int, prefix: IPNetwork) -> tuple[str, dict[str, Any]]:
+    """`delete_route`'s request, for VppApi.call_all_present."""
+    return "ip_route_add_del", {"is_add": False, "is_multipath": False,
+                                "route": {"table_id": table_id, "prefix": prefix,
+                                          "n_paths": 0, "paths": []}}
+
+
+def from_reply(reply: Any) -> VppRoute:
+    """The route of an ip_route_lookup reply."""
+    return _route(reply.route)
+
+
 def _route(r: Any) -> VppRoute:
     return VppRoute(
         int(r.table_id), r.prefix,

@@ -32,6 +32,12 @@ def delete(api: VppApi, sw_if_index: int, ip: IPAddress, mac: str) -> bool:
     return True
 
 
+def delete_request(sw_if_index: int, ip: IPAddress, mac: str) -> tuple[str, dict[str, object]]:
+    """`delete`'s request, for VppApi.call_all_present. VPP finds the entry by interface and
+    address; the MAC is not compared."""
+    return "ip_neighbor_add_del", {"is_add": False, "neighbor": _neighbor(sw_if_index, ip, mac)}
+
+
 def dump(api: VppApi, sw_if_index: int = ANY) -> dict[tuple[int, str], str]:
     """{(sw_if_index, ip): mac} for both address families."""
     out: dict[tuple[int, str], str] = {}
