@@ -277,13 +277,10 @@ class VppDataplane:
         vrf = self.cfg.pod_vrf_id
         hosts = [ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}") for a in pod.addresses]
         found = self.api.call_all_present([ip.lookup_request(vrf, h) for h in hosts])
-        deletes = []
-        for host, reply in zip(hosts, found, strict=True):
-            # Only our route: the prefix may belong to another pod by now.
-            if reply is not None and (
-                sw_if_index is None or sw_if_index in ip.from_reply(reply).sw_if_indexes
-            ):
-                deletes.append(ip.delete_route_request(vrf, host))
+        # Only our route: the prefix may belong to another pod by now.
+        deletes = [ip.delete_route_request(vrf, host)
+                   for host, reply in zip(hosts, found, strict=True)
+                   if reply is not None and ip.from_reply(reply).through(sw_if_index)]
         if sw_if_index is not None:  # on the pod's own interface: ours whatever their MAC
             mac = names.pod_mac(pod.key)
             deletes += [neighbors.delete_request(sw_if_index, a.ip, mac) for a in pod.addresses]

@@ -106,6 +106,10 @@ class VppRoute:
     via_tables: tuple[int, ...]
     next_hops: tuple[str, ...] = ()
 
+    def through(self, sw_if_index: int | None) -> bool:
+        """Whether a path of the route leaves through `sw_if_index` (None: any interface)."""
+        return sw_if_index is None or sw_if_index in self.sw_if_indexes
+
 
 def routes(api: VppApi, table_id: int, ipv6: bool) -> dict[IPNetwork, VppRoute]:
     """Every route of a table (a dump: its cost grows with the table; not for a pod's path)."""
