@@ -85,11 +85,9 @@ def add_route(api: VppCalls, table_id: int, prefix: IPNetwork, path: dict[str, A
 
 def delete_route(api: VppApi, table_id: int, prefix: IPNetwork) -> bool:
     """Deletes the route with all its paths; False when it did not exist."""
+    name, fields = delete_route_request(table_id, prefix)
     try:
-        api.call(
-            "ip_route_add_del", is_add=False, is_multipath=False,
-            route={"table_id": table_id, "prefix": prefix, "n_paths": 0, "paths": []},
-        )
+        api.call(name, **fields)
     except VppCallFailed as exc:
         if exc.retval == NO_SUCH_ENTRY:
             return False
@@ -122,8 +120,9 @@ def routes(api: VppApi, table_id: int, ipv6: bool) -> dict[IPNetwork, VppRoute]:
 def route(api: VppApi, table_id: int, prefix: IPNetwork) -> VppRoute | None:
     """The route of exactly `prefix` in the table, or None: one request, whatever the table's
     size (ADD, DEL and CHECK of a pod on a node with hundreds of pods)."""
+    name, fields = lookup_request(table_id, prefix)
     try:
-        reply = api.call("ip_route_lookup", table_id=table_id, exact=1, prefix=prefix)
+        reply = api.call(name, **fields)
     except VppCallFailed as exc:
         if exc.retval == NO_SUCH_ENTRY:
             return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed, VppCalls
 from agent.model.pod import IPAddress
 
@@ -23,8 +25,9 @@ def add(api: VppCalls, sw_if_index: int, ip: IPAddress, mac: str) -> None:
 
 def delete(api: VppApi, sw_if_index: int, ip: IPAddress, mac: str) -> bool:
     """False when the neighbor did not exist."""
+    name, fields = delete_request(sw_if_index, ip, mac)
     try:
-        api.call("ip_neighbor_add_del", is_add=False, neighbor=_neighbor(sw_if_index, ip, mac))
+        api.call(name, **fields)
     except VppCallFailed as exc:
         if exc.retval == NO_SUCH_ENTRY:
             return False
@@ -32,7 +35,7 @@ def delete(api: VppApi, sw_if_index: int, ip: IPAddress, mac: str) -> bool:
     return True
 
 
-def delete_request(sw_if_index: int, ip: IPAddress, mac: str) -> tuple[str, dict[str, object]]:
+def delete_request(sw_if_index: int, ip: IPAddress, mac: str) -> tuple[str, dict[str, Any]]:
     """`delete`'s request, for VppApi.call_all_present. VPP finds the entry by interface and
     address; the MAC is not compared."""
     return "ip_neighbor_add_del", {"is_add": False, "neighbor": _neighbor(sw_if_index, ip, mac)}
