@@ -80,6 +80,17 @@ class VppCallFailed(DataplaneFailure):
         self.retval = retval
 
 
+def checked(name: str, reply: Any, context: str = "", absent_ok: bool = False) -> Any | None:
+    """`reply` when its retval is 0; None for "no such entry" when `absent_ok` (a lookup that
+    found nothing, a delete of what is gone); else VppCallFailed."""
+    retval = int(getattr(reply, "retval", 0))
+    if retval == 0:
+        return reply
+    if absent_ok and retval == NO_SUCH_ENTRY:
+        return None
+    raise VppCallFailed(name, retval, context)
+
+
 class VppCalls(Protocol):
     """What sends a request and checks its retval: a `VppApi`, or a `Pipeline` of one."""
 
@@ -105,9 +116,7 @@ class Pipeline:
         queued, self._queued = self._queued, []
         replies = self._api.call_all([(name, fields) for name, fields, _ in queued])
         for (name, _, context), reply in zip(queued, replies, strict=True):
-            retval = int(getattr(reply, "retval", 0))
-            if retval != 0:
-                raise VppCallFailed(name, retval, context)
+            checked(name, reply, context)
 
 
 class VppApi:
@@ -232,11 +241,11 @@ class VppApi:
 
     def call(self, name: str, context: str = "", **fields: Any) -> Any:
         """Sends request `name`; returns the reply; non-zero retval -> VppCallFailed."""
-        reply = self._invoke(name, fields)
-        retval = int(getattr(reply, "retval", 0))
-        if retval != 0:
-            raise VppCallFailed(name, retval, context)
-        return reply
+        return checked(name, self._invoke(name, fields), context)
+
+    def call_present(self, name: str, **fields: Any) -> Any | None:
+        """`call`, but None where VPP answers "no such entry"."""
+        return checked(name, self._invoke(name, fields), absent_ok=True)
 
     def dump(self, name: str, **fields: Any) -> list[Any]:
         """Sends dump request `name`; returns its details messages."""
@@ -292,13 +301,8 @@ class VppApi:
         """`call_all` with the retvals checked: a reply, or None where VPP answered "no such
         entry" (a lookup that found nothing, a delete of what is gone); the first other
         refusal raises VppCallFailed (the requests after it were carried out)."""
-        out: list[Any | None] = []
-        for (name, _), reply in zip(requests, self.call_all(requests), strict=True):
-            retval = int(getattr(reply, "retval", 0))
-            if retval not in (0, NO_SUCH_ENTRY):
-                raise VppCallFailed(name, retval)
-            out.append(reply if retval == 0 else None)
-        return out
+        return [checked(name, reply, absent_ok=True)
+                for (name, _), reply in zip(requests, self.call_all(requests), strict=True)]
 
     def _lost(self, client: Any, what: str, exc: OSError) -> TryAgainLater:
         """After an IO error the connection is not to be trusted: dropped (the next request

@@ -11,7 +11,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed, VppCalls
+from agent.dataplane.vpp.api import VppApi, VppCalls
 
 ANY = 0xFFFFFFFF
 PATH_NORMAL = 0
@@ -86,13 +86,7 @@ def add_route(api: VppCalls, table_id: int, prefix: IPNetwork, path: dict[str, A
 def delete_route(api: VppApi, table_id: int, prefix: IPNetwork) -> bool:
     """Deletes the route with all its paths; False when it did not exist."""
     name, fields = delete_route_request(table_id, prefix)
-    try:
-        api.call(name, **fields)
-    except VppCallFailed as exc:
-        if exc.retval == NO_SUCH_ENTRY:
-            return False
-        raise
-    return True
+    return api.call_present(name, **fields) is not None
 
 
 @dataclass(frozen=True)
@@ -121,13 +115,8 @@ def route(api: VppApi, table_id: int, prefix: IPNetwork) -> VppRoute | None:
     """The route of exactly `prefix` in the table, or None: one request, whatever the table's
     size (ADD, DEL and CHECK of a pod on a node with hundreds of pods)."""
     name, fields = lookup_request(table_id, prefix)
-    try:
-        reply = api.call(name, **fields)
-    except VppCallFailed as exc:
-        if exc.retval == NO_SUCH_ENTRY:
-            return None
-        raise
-    return _route(reply.route)
+    reply = api.call_present(name, **fields)
+    return None if reply is None else _route(reply.route)
 
 
 def lookup_request(table_id: int, prefix: IPNetwork) -> tuple[str, dict[str, Any]]:

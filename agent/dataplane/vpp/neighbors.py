@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed, VppCalls
+from agent.dataplane.vpp.api import VppApi, VppCalls
 from agent.model.pod import IPAddress
 
 ANY = 0xFFFFFFFF
@@ -26,13 +26,7 @@ def add(api: VppCalls, sw_if_index: int, ip: IPAddress, mac: str) -> None:
 def delete(api: VppApi, sw_if_index: int, ip: IPAddress, mac: str) -> bool:
     """False when the neighbor did not exist."""
     name, fields = delete_request(sw_if_index, ip, mac)
-    try:
-        api.call(name, **fields)
-    except VppCallFailed as exc:
-        if exc.retval == NO_SUCH_ENTRY:
-            return False
-        raise
-    return True
+    return api.call_present(name, **fields) is not None
 
 
 def delete_request(sw_if_index: int, ip: IPAddress, mac: str) -> tuple[str, dict[str, Any]]:
