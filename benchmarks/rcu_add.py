@@ -32,8 +32,7 @@ from typing import Any
 from agent.linux.rcu import KNOB
 from benchmarks import agent_metrics, machine
 from benchmarks.cni_bench import Throughput, throughput
-from benchmarks.harness import agent_running, bench_agent_config, ours_network, remove_agent_links
-from benchmarks.scale_add import Bench, bench, measure_agent
+from benchmarks.scale_add import Bench, agent_network, bench, measure_agent
 from benchmarks.soak_report import write_section
 
 BEGIN = ("<!-- rcu-add: begin (written by python3 -m benchmarks.rcu_add; "
@@ -86,13 +85,8 @@ def _mean_ms(series: dict[str, agent_metrics.Histogram], key: str) -> float | No
 
 def measure_burst(b: Bench, name: str, extra: dict[str, Any], count: int) -> Throughput:
     """`count` pods added by 16 runtimes at once, then deleted so, on an agent of its own."""
-    config = bench_agent_config(b.tmp, b.etcd_endpoints, b.subnets.take(), extra)
-    try:
-        with agent_running(b.tmp, config, name) as agent:
-            net = ours_network(b.driver, b.bin_dir, b.tmp, b.host_ns, agent, name)
-            return throughput(net, b.namespaces, count, {})
-    finally:
-        remove_agent_links(config)
+    with agent_network(b, name, extra) as (_, net):
+        return throughput(net, b.namespaces, count, {})
 
 
 def measure(rounds: int, live: int, measured: int, burst: int, socket: str) -> list[Row]:

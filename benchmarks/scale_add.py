@@ -35,6 +35,7 @@ from benchmarks.harness import (
     remove_agent_links,
 )
 from benchmarks.stats import Summary
+from testbed.agent import AgentHandle
 from testbed.etcd import EtcdServer
 from testbed.libcni import DEFAULT_BUILD_DIR, build_driver
 
@@ -156,18 +157,26 @@ class AgentAtScale:
     vpp_calls: dict[str, agent_metrics.Histogram]
 
 
-def measure_agent(b: Bench, name: str, extra: dict[str, object], live: int, measured: int,
-                  vpp_socket: str = "") -> AgentAtScale:
-    """`run` against an agent of its own with config `extra` (on a fresh subnet)."""
+@contextmanager
+def agent_network(b: Bench, name: str, extra: dict[str, object]
+                  ) -> Iterator[tuple[AgentHandle, CniNetwork]]:
+    """An agent of its own with config `extra` (on a fresh subnet) and the libcni network
+    that reaches it; its links are removed afterwards."""
     config = bench_agent_config(b.tmp, b.etcd_endpoints, b.subnets.take(), extra)
     try:
         with agent_running(b.tmp, config, name) as agent:
-            net = ours_network(b.driver, b.bin_dir, b.tmp, b.host_ns, agent, name)
-            before = agent_metrics.snapshot(agent)
-            figures = run(net, b.namespaces, live, measured, vpp_socket)
-            after = agent_metrics.snapshot(agent)
+            yield agent, ours_network(b.driver, b.bin_dir, b.tmp, b.host_ns, agent, name)
     finally:
         remove_agent_links(config)
+
+
+def measure_agent(b: Bench, name: str, extra: dict[str, object], live: int, measured: int,
+                  vpp_socket: str = "") -> AgentAtScale:
+    """`run` against an agent of its own with config `extra` (on a fresh subnet)."""
+    with agent_network(b, name, extra) as (agent, net):
+        before = agent_metrics.snapshot(agent)
+        figures = run(net, b.namespaces, live, measured, vpp_socket)
+        after = agent_metrics.snapshot(agent)
     return AgentAtScale(figures, agent_metrics.delta(before, after, agent_metrics.PHASES),
                         agent_metrics.delta(before, after, agent_metrics.VPP_CALLS))
 
