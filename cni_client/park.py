@@ -9,7 +9,8 @@ the namespace it runs in (the node's, as a runtime's plugins do), under the name
 `vsj<digest of the attachment>`. Moving a link between namespaces takes it down and flushes its
 addresses and routes, so the parked end carries nothing. The pair then outlives the pod's
 namespace until the agent, settling the entry, removes VPP's interface and then the veth
-(deleting either end of a pair deletes both).
+(deleting either end of a pair deletes both). A pod made from the VPP agent's pool has a
+macvlan instead, on a pair that stays in the node's namespace: it needs no parking.
 
 Only the agent's own kinds of link are parked (a veth; a TAP, which VPP creates in TAP mode),
 and never from the plugin's own namespace (a runtime that passes the node's namespace must not

@@ -3,8 +3,8 @@
 The kernel's SIOCETHTOOL ioctl on a socket created inside the namespace: the feature's index
 is looked up by its name (ETHTOOL_GSTRINGS of the ETH_SS_FEATURES set, as ethtool does), then
 ETHTOOL_GFEATURES / ETHTOOL_SFEATURES read or request it. Used by the VPP driver, which
-switches IPv4 TCP segmentation off in veth pods when VPP's node mesh must segment their
-traffic (docs/vpp.md, "The node mesh in VPP").
+switches IPv4 TCP segmentation off in veth pods (or on the node's link a pod's macvlan sits on)
+when VPP's node mesh must segment their traffic (docs/vpp.md, "The node mesh in VPP").
 """
 
 from __future__ import annotations
@@ -57,13 +57,18 @@ def _index(sock: socket.socket, ifname: str, feature: str) -> tuple[int, int]:
 
 
 @contextmanager
-def _socket(netns_path: str) -> Iterator[socket.socket]:
-    """An AF_INET socket inside the namespace: ioctls on it reach that namespace's devices."""
+def _socket(netns_path: str | None) -> Iterator[socket.socket]:
+    """An AF_INET socket inside the pod's namespace (None: the calling thread's): ioctls on it
+    reach that namespace's devices."""
+    if netns_path is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            yield s
+        return
     with PodNetns.open(netns_path) as netns, netns.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         yield s
 
 
-def feature(netns_path: str, ifname: str, name: str) -> bool:
+def feature(netns_path: str | None, ifname: str, name: str) -> bool:
     """Whether feature `name` (e.g. "tx-tcp-segmentation") is active on the device."""
     with _socket(netns_path) as sock:
         index, blocks = _index(sock, ifname, name)
@@ -75,7 +80,7 @@ def feature(netns_path: str, ifname: str, name: str) -> bool:
         return bool(active >> (index % 32) & 1)
 
 
-def set_feature(netns_path: str, ifname: str, name: str, on: bool) -> None:
+def set_feature(netns_path: str | None, ifname: str, name: str, on: bool) -> None:
     """Requests feature `name` on or off; OSError when the kernel refuses."""
     with _socket(netns_path) as sock:
         index, blocks = _index(sock, ifname, name)

@@ -71,7 +71,7 @@ class Batch:
         self._add(nl.RTM_NEWLINK, nl.NLM_F_CREATE | nl.NLM_F_EXCL, body, f"creating veth {name}")
 
     def set_link(self, name: str = "", index: int = 0, up: bool | None = None, mtu: int = 0,
-                 alias: str = "") -> None:
+                 alias: str = "", mac: str = "") -> None:
         """Changes a link found by index, else by name (up: True/False; None leaves it)."""
         change = 0 if up is None else nl.IFF_UP
         body = nl.IFINFOMSG.pack(0, 0, index, nl.IFF_UP if up else 0, change)
@@ -79,6 +79,8 @@ class Batch:
             body += nl.attr_str(nl.IFLA_IFNAME, name)
         if mtu:
             body += nl.attr_u32(nl.IFLA_MTU, mtu)
+        if mac:
+            body += nl.attr(nl.IFLA_ADDRESS, nl.mac_bytes(mac))
         if alias:
             body += nl.attr_str(nl.IFLA_IFALIAS, alias)
         self._add(nl.RTM_NEWLINK, 0, body, f"setting link {name or index}")
@@ -95,6 +97,19 @@ class Batch:
         if mtu:
             body += nl.attr_u32(nl.IFLA_MTU, mtu)
         self._add(nl.RTM_NEWLINK, 0, body, f"moving link {index} as {name}")
+
+    def add_macvlan(self, name: str, lower_index: int, netns_fd: int, mtu: int) -> None:
+        """A macvlan in passthru mode on link `lower_index` of this socket's namespace, made
+        inside the namespace `netns_fd` as `name`, down. It takes the lower link's MAC, and
+        every frame the lower link receives; nothing moves between namespaces (EEXIST when
+        `name` is taken there)."""
+        data = nl.attr_u32(nl.IFLA_MACVLAN_MODE, nl.MACVLAN_MODE_PASSTHRU)
+        info = nl.attr_str(nl.IFLA_INFO_KIND, "macvlan") + nl.nested(nl.IFLA_INFO_DATA, data)
+        body = nl.IFINFOMSG.pack(0, 0, 0, 0, 0) + nl.attr_str(nl.IFLA_IFNAME, name)
+        body += nl.attr_u32(nl.IFLA_LINK, lower_index) + nl.attr_u32(nl.IFLA_NET_NS_FD, netns_fd)
+        body += nl.attr_u32(nl.IFLA_MTU, mtu) + nl.nested(nl.IFLA_LINKINFO, info)
+        self._add(nl.RTM_NEWLINK, nl.NLM_F_CREATE | nl.NLM_F_EXCL, body,
+                  f"creating macvlan {name}")
 
     def delete_link(self, name: str) -> None:
         body = nl.IFINFOMSG.pack(0, 0, 0, 0, 0) + nl.attr_str(nl.IFLA_IFNAME, name)
@@ -319,9 +334,10 @@ def _add_pair(
 
 def add_local_pair(host_ifname: str, peer_ifname: str, mtu: int, alias: str) -> tuple[int, int]:
     """A veth pair with both ends in the calling thread's namespace: `host_ifname` up, tagged
-    `alias`, without IPv6 DAD; `peer_ifname` down (a spare pair waiting for its pod, see
-    agent/dataplane/vpp/podpool). Returns (host index, peer index). A host name someone holds
-    fails with EEXIST (a DataplaneFailure caused by it); on failure nothing is left."""
+    `alias`, without IPv6 DAD; `peer_ifname` up without IPv6 (a spare pair waiting for its pod,
+    whose interface will be a macvlan on the peer: agent/dataplane/vpp/podpool). Returns (host
+    index, peer index). A host name someone holds fails with EEXIST (a DataplaneFailure caused
+    by it); on failure nothing is left."""
     with host_batch() as batch:
         batch.add_veth(host_ifname, mtu, peer_ifname, None, None)
         host_seq = batch.get_link(host_ifname)  # a refused add raises first (the lower number)
@@ -330,6 +346,9 @@ def add_local_pair(host_ifname: str, peer_ifname: str, mtu: int, alias: str) -> 
         try:
             batch.set_link(index=links[host_seq].index, alias=alias)
             send(batch, f"tagging veth {host_ifname}")
+            _no_ipv6(peer_ifname)  # the node's stack sends nothing from it into VPP
+            batch.set_link(index=links[peer_seq].index, up=True)
+            send(batch, f"setting {peer_ifname} up")
         except BaseException:
             delete_link(host_ifname)
             raise
@@ -363,4 +382,14 @@ def _no_dad(ifname: str) -> None:
         with open(f"/proc/sys/net/ipv6/conf/{ifname}/accept_dad", "w") as knob:
             knob.write("0")
     except FileNotFoundError:  # IPv6 disabled on the node: nothing to detect
+        pass
+
+
+def _no_ipv6(ifname: str) -> None:
+    """IPv6 off on a link of the node's that carries only pods' frames (no link-local address,
+    no router or neighbor solicitations of the node's own)."""
+    try:
+        with open(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6", "w") as knob:
+            knob.write("1")
+    except FileNotFoundError:  # IPv6 disabled on the node: nothing to switch off
         pass

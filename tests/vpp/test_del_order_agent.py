@@ -7,11 +7,12 @@ pod's routes, or after its AF_PACKET interface: agent/infra/failpoints). The plu
 DEL and succeeds, so the runtime removes the pod's namespace at once, as containerd does. The
 agent is started again and settles the journal.
 
-Asserted: the plugin parked the pod's end of the veth in the node's namespace (cni_client/park),
-so removing the pod's namespace did not take the link from under VPP's AF_PACKET interface: the
-fake VPP saw its interface deleted while the host device still existed (`FakeVPP.log` is
-empty); and afterwards nothing of the pod is left: no VPP interface, no veth end, no parked
-end, no allocation.
+Asserted, without the pod pool: the plugin parked the pod's end of the veth in the node's
+namespace (cni_client/park), so removing the pod's namespace did not take the link from under
+VPP's AF_PACKET interface. With it: the pod's interface is a macvlan on a pair that never left
+the node's namespace, and the plugin leaves it. Either way the fake VPP saw its interface
+deleted while the host device still existed (`FakeVPP.log` is empty); and afterwards nothing of
+the pod is left: no VPP interface, no veth end, no parked end, no allocation.
 
 And `--teardown` (a node leaving, pods still wired): each pod's VPP interface goes, before its
 veth; nothing of the pod is left in VPP or on the node.
@@ -60,14 +61,14 @@ def wait_until(what: str, done: object, why: Callable[[], str] | None = None,
 
 
 def vpp_agent_config(tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, node: str,
-                     links: str) -> dict[str, Any]:
+                     links: str, pool: int = 4) -> dict[str, Any]:
     """An agent on the fake VPP (veth + AF_PACKET), its node name and VPP-host links unique."""
     suffix = secrets.token_hex(2)
     return agent_config(tmp_path, etcd_endpoints, pod_subnet=SUBNET,
                         node_name=f"{node}-{suffix}", extra_config={
                             "Dataplane": "vpp", "VPPAPISocket": fake.socket_path,
                             "VPPAPIDir": API_DIR, "UseTAPInterfaces": False,
-                            "VppPodPool": 4,  # not the default's: that follows the kernel
+                            "VppPodPool": pool,  # not the default's: that follows the kernel
                             "VPPHostInterface": f"{links}{suffix}h",
                             "VPPHostPeerInterface": f"{links}{suffix}v"})
 
@@ -86,11 +87,12 @@ def host_end(result: str) -> str:
     """The pod's veth host end, as the CNI result names it (a reused name: podlinks.py)."""
     return str(next(i["name"] for i in json.loads(result)["interfaces"] if not i.get("sandbox")))
 
+@pytest.mark.parametrize("pool", [4, 0])
 @pytest.mark.parametrize("interrupted", ["agent down", *VPP_DEL_POINTS])
 def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
-    tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, interrupted: str
+    tmp_path: Path, etcd_endpoints: list[str], fake: FakeVPP, interrupted: str, pool: int
 ) -> None:
-    config = vpp_agent_config(tmp_path, etcd_endpoints, fake, "delorder", "vso")
+    config = vpp_agent_config(tmp_path, etcd_endpoints, fake, "delorder", "vso", pool)
     cid = f"c{secrets.token_hex(8)}"
     key = PodKey(cid, "eth0")
     host, parked = "", parked_name(cid, "eth0")
@@ -117,13 +119,15 @@ def test_a_del_the_agent_did_not_finish_keeps_vpps_order(
             if interrupted != "agent down":
                 wait_until("the agent to die at its failpoint",
                            lambda: dying.process.poll() is not None)
-            if interrupted == "del:vpp-afpacket":
-                # With the pod pool (VppPodPool 4) the DEL is answered before VPP's
-                # AF_PACKET delete, which the agent's background deletes do: the agent had
-                # moved the pod's end out, and died before deleting the veth. Its answer may
-                # or may not have left before the kill; without it the plugin journals (and
-                # finds nothing to park).
+            if pool and interrupted == "del:vpp-afpacket":
+                # With the pod pool the DEL is answered before VPP's AF_PACKET delete, which
+                # the agent's background deletes do; it died before deleting the veth. Its
+                # answer may or may not have left before the kill; without it the plugin
+                # journals (and parks nothing: the pod's interface is a macvlan).
                 assert "parked in the node's namespace" not in out.stderr, out.stderr
+            elif pool:
+                assert "journaled" in out.stderr and "is a macvlan: not parked" in out.stderr, \
+                    out.stderr
             else:
                 assert "journaled" in out.stderr and \
                     f"parked in the node's namespace as {parked}" in out.stderr, out.stderr

@@ -3,17 +3,21 @@
 
 The pool is started without its loop, so each test drives it by hand (`refill`,
 `delete_retired`) and sees every state in between. Plan:
-- an ADD takes a spare: VPP is asked for no AF_PACKET interface, the pod's end is in the pod
-  under the requested name with the pod's MAC, the pair is the pod's (tags), CHECK passes;
-  `refill` makes another;
+- an ADD takes a spare: VPP is asked for no AF_PACKET interface, the pod's interface is a
+  passthru macvlan on the waiting end, made in the pod under the requested name with the pod's
+  MAC, the pair stays in the node's namespace and is the pod's (tags), CHECK passes; `refill`
+  makes another; with the node mesh the waiting end segments IPv4 TCP (TSO off on it);
 - an empty pool: the ADD makes its pair as without a pool;
 - an empty pool while the loop is making a spare: the ADD waits for that one instead of asking
   VPP for a pair of its own (VPP would make the two one after the other anyway);
 - a failed ADD that took a spare leaves nothing (VPP's interface and the veth gone, in VPP's
   order); an interface name taken in the pod fails as before and leaves the pod's link alone;
-- DEL answers with VPP's interface down and routeless and the pod's end back in the node's
-  namespace, before any af_packet_delete; the pod's namespace can go then without taking the
-  veth; the background delete removes VPP's interface, then the veth;
+- DEL answers with VPP's interface routeless and the waiting end down (the pod's macvlan
+  without a link), before any af_packet_delete; the pod's namespace can go then without taking
+  the veth; the background delete removes VPP's interface, then the veth; an ADD into the same
+  namespace deletes a retired pair whose macvlan is still there first; a retried DEL leaves
+  alone the pair a newer pod got under the same name; a pod wired by an earlier version (the
+  waiting end itself moved into the pod) has that end taken back;
 - an agent killed with spares and a retired pair: the next one never lists them as pods'
   objects, and deletes them all, in order;
 - a VPP restart: the spares it forgot are deleted (no af_packet_delete for them), an ADD does
@@ -23,16 +27,19 @@ The pool is started without its loop, so each test drives it by hand (`refill`,
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, afpacket, names
 from agent.dataplane.vpp.podpool import PodPool
-from agent.linux import netlink
+from agent.linux import ethtool, netlink
 from agent.model.errors import DataplaneFailure, InvalidEnvironment
 from testbed.netns import named_netns, unique
 from testbed.pods import vpp_pod as pod
@@ -58,6 +65,14 @@ def links_in(netns: str) -> list[str]:
     return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()]
 
 
+def link_json(name: str, netns: str = "") -> dict[str, Any]:
+    where = ["-n", netns.rsplit("/", 1)[-1]] if netns else []
+    out = subprocess.run(["ip", *where, "-d", "-j", "link", "show", name],
+                         capture_output=True, text=True, check=True).stdout
+    found: dict[str, Any] = json.loads(out)[0]
+    return found
+
+
 def spares_in_vpp(fake: FakeVPP) -> list[str]:
     return sorted(i.host_if_name for i in fake.interfaces().values() if i.tag == names.SPARE_TAG)
 
@@ -74,8 +89,14 @@ def test_an_add_takes_a_spare_and_the_pool_refills(
     assert "af_packet_create_v3" not in fake.requests
     assert wiring.host_ifname == "vswp0" and pool.ready() == 1
     assert pool.take_counts() == {"ready": 1, "waited": 0, "empty": 0}
-    assert not netlink.link_exists("vsws0")  # moved into the pod and renamed there
-    assert "eth0" in links_in(pod_ns)
+    eth0 = link_json("eth0", pod_ns)
+    assert eth0["linkinfo"]["info_kind"] == "macvlan"
+    assert eth0["linkinfo"]["info_data"]["mode"] == "passthru"
+    assert eth0["address"] == names.pod_mac(p.key) and eth0["mtu"] == dp.cfg.mtu
+    waiting = link_json("vsws0")  # the macvlan's link, still in the node's namespace, up
+    assert eth0["link_index"] == waiting["ifindex"] and "UP" in waiting["flags"]
+    assert Path("/proc/sys/net/ipv6/conf/vsws0/disable_ipv6").read_text().strip() == "1"
+    assert ethtool.feature(None, "vsws0", "tx-tcp-segmentation")  # no node mesh here
     itf = fake.interface_by_tag(names.pod_tag(p.key))
     assert itf is not None and itf.host_if_name == "vswp0" and itf.mac == wiring.gateway_mac
     assert dp.links.name_of(names.pod_tag(p.key)) == "vswp0"
@@ -184,8 +205,10 @@ def test_del_answers_before_the_af_packet_delete_which_comes_before_the_veths(
         assert not any(ip == "10.1.1.74" for _, ip in fake.neighbors())
         retired = fake.interfaces()[itf.sw_if_index]
         assert retired.tag == names.RETIRED_TAG and fake.log() == []
-        # the pod's end is back in the node's namespace: the pod's namespace may go
-        assert links_in(p.netns) == ["lo"] and netlink.link_exists("vsws0")
+        # cut off: the macvlan's link is down; the pair is in the node's namespace, whatever
+        # becomes of the pod's
+        assert "UP" not in link_json("vsws0")["flags"]
+        assert link_json("eth0", p.netns)["link_index"] == link_json("vsws0")["ifindex"]
         assert pool.retiring() == {"vswp0"} and dp.owned() == {}
     finally:
         subprocess.run(["ip", "netns", "del", name], check=True)
@@ -255,7 +278,81 @@ def test_a_second_pod_interface_name_in_one_namespace(
         wa, wb = dp.attach(a, UndoStack()), dp.attach(b, UndoStack())
         assert sorted(links_in(ns)) == ["eth0", "lo", "net1"]
         dp.detach(a, wa)
-        assert sorted(links_in(ns)) == ["lo", "net1"] and dp.check(b, wb) == []
+        assert dp.check(b, wb) == [] and pool.retiring() == {wa.host_ifname}
         dp.detach(b, wb)
     pool.delete_retired()
     assert fake.log() == [] and dp.owned() == {}
+
+
+def test_an_add_into_the_namespace_of_a_retired_pair_deletes_that_pair_first(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    dp, pool = pooled(driver_factory, size=2)
+    p = pod(pod_ns, "10.1.1.80/32")
+    first = dp.attach(p, UndoStack())
+    dp.detach(p, first)
+    assert pool.retiring() == {first.host_ifname} and "eth0" in links_in(pod_ns)
+    fake.requests.clear()
+    again = dp.attach(p, UndoStack())  # the same interface name, held by the retired macvlan
+    assert fake.requests.count("af_packet_delete") == 1 and pool.retiring() == set()
+    assert not netlink.link_exists(first.host_ifname) or again.host_ifname == first.host_ifname
+    assert dp.check(p, again) == [] and fake.log() == []
+
+
+def test_a_retried_del_leaves_the_pair_a_newer_pod_got_under_the_same_name(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    dp, pool = pooled(driver_factory, size=1)
+    old = pod(pod_ns, "10.1.1.81/32")
+    wiring = dp.attach(old, UndoStack())
+    dp.detach(old, wiring)
+    pool.delete_retired()
+    pool.refill()  # the name is free again: the new spare gets it
+    with named_netns("tvp") as ns:
+        new = pod(ns, "10.1.1.82/32")
+        newer = dp.attach(new, UndoStack())
+        assert newer.host_ifname == wiring.host_ifname
+        dp.detach(old, wiring)  # the runtime's retry of the first DEL
+        assert dp.check(new, newer) == [] and pool.retiring() == set()
+        assert "UP" in link_json(pool.peer_name(newer.host_ifname) or "")["flags"]
+        dp.detach(new, newer)
+    pool.delete_retired()
+    assert fake.log() == []
+
+
+def test_a_pod_whose_waiting_end_was_moved_into_it_gets_that_end_taken_back(
+    fake: FakeVPP, driver_factory: Factory
+) -> None:
+    """An earlier version's pool moved the waiting end itself into the pod; its DEL takes it
+    back out before the pod's namespace can go (issue #27's order)."""
+    dp, pool = pooled(driver_factory, size=1)
+    name = unique("tvg")
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        p = pod(f"/var/run/netns/{name}", "10.1.1.83/32")
+        wiring = dp.attach(p, UndoStack())
+        subprocess.run(["ip", "-n", name, "link", "del", "eth0"], check=True)
+        subprocess.run(["ip", "link", "set", "vsws0", "netns", name, "name", "eth0"],
+                       check=True)  # as the earlier version left it
+        assert not netlink.link_exists("vsws0")
+        dp.detach(p, wiring)
+        assert netlink.link_exists("vsws0") and links_in(p.netns) == ["lo"]
+        assert pool.retiring() == {wiring.host_ifname}
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True)
+    pool.delete_retired()
+    assert not netlink.link_exists("vsws0") and fake.log() == []
+
+
+def test_with_the_node_mesh_the_waiting_end_segments_ipv4_tcp(
+    fake: FakeVPP, driver_factory: Factory
+) -> None:
+    """A macvlan's TSO cannot be switched off (the kernel fixes it on); its lower link's can,
+    and then the pod's IPv4 TCP is segmented there, before VPP reads it (docs/vpp.md)."""
+    dp = driver_factory(pod_pool=1, pod_tso4=False)
+    assert dp.pool is not None
+    dp.pool.start(loop=False)
+    dp.start()
+    dp.pool.refill()
+    assert not ethtool.feature(None, "vsws0", "tx-tcp-segmentation")
+    assert ethtool.feature(None, "vsws0", "tx-tcp6-segmentation")

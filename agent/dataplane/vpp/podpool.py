@@ -7,33 +7,30 @@ af_packet_delete. Neither depends on the pod, so neither needs to be on the answ
 - **Spares** (`VppPodPool` of them, issue #25): a veth pair whose host end (`<prefix><N>`, from
   the reused names of agent/dataplane/vpp/podlinks, alias `vswitch-cni/spare`) is up with VPP's
   AF_PACKET interface on it, already tagged `vswitch-cni/spare`, in the pod VRF of every family
-  the node has, unnumbered to the gateway loopback, MTU set and up; the other end waits, down,
-  in the node's namespace as `<spare prefix><N>`. An ADD takes one (`take`) and moves that end
-  into the pod in one netlink message (agent/dataplane/vpp/veth_afpacket); the loop makes a new
-  one. Each spare holds its AF_PACKET rings (1.93 MiB of kernel memory with the defaults).
+  the node has, unnumbered to the gateway loopback, MTU set and up; the other end, the waiting
+  end `<spare prefix><N>`, is up in the node's namespace without IPv6 (and without IPv4 TSO
+  where the pods' TCP must come segmented). An ADD takes one (`take`) and makes the pod's
+  interface a macvlan (passthru) on the waiting end, created right inside the pod's namespace
+  (agent/dataplane/vpp/veth_afpacket); the loop makes a new spare. Nothing moves between
+  namespaces: a move ends in the kernel's rcu_barrier() (17-24 ms), a macvlan's creation
+  waits for nothing. Each spare holds its AF_PACKET rings (1.93 MiB with the defaults).
 - **Retired pairs**: a DEL takes the pod's routes and neighbors out of VPP (not its interface
-  down: VPP would set the veth down under its own socket), moves the pod's end back into the
-  node's namespace (so a runtime that removes the pod's namespace right after the DEL cannot
-  take the veth, and VPP's socket with it, before VPP has let go of it), tags both
-  `vswitch-cni/retired` and answers; the loop then deletes VPP's
-  AF_PACKET interface and after it the veth (issue #27's order; failpoint `del:vpp-afpacket`
-  between the two). A host name stays reserved until its pair is gone, so no ADD meets it.
+  down: VPP would set the veth down under its own socket), sets the waiting end down (the pod
+  is cut off), tags the host end `vswitch-cni/retired` and answers; the loop then deletes VPP's
+  AF_PACKET interface and after it the veth, which takes the pod's macvlan with it (issue
+  #27's order; failpoint `del:vpp-afpacket` between the two). The pod's namespace holds only
+  the macvlan, so a runtime that removes it at once takes nothing VPP is bound to. A host name
+  stays reserved until its pair is gone; an ADD into a namespace whose retired macvlan is
+  still there deletes that pair first (`settle`).
 
 One supervised loop (agent/infra/loops) does both, deletes first, in the namespace of the thread
 that started the pool. VPP answers one request at a time and an AF_PACKET create or delete holds
-it ~43 ms, so the loop starts neither while a CNI request is in VPP's hands (`request`: ADD and
-DEL mark themselves), unless it has waited `YIELD_MAX` already; and an ADD that finds no spare
-while one is being made waits for that one (it is further along than a pair of its own would
-be, and VPP would make the two one after the other anyway). Deletes wait longer: for a pause of
-`QUIET` without requests (a run of DELs, as a node drains, would otherwise meet a delete
-between every two), at most `DELETE_WAIT_MAX`, and not at all once more than `PENDING_MAX`
-pairs (their rings: 1.93 MiB each with the defaults) are waiting.
-
-After a VPP restart (a new connection generation) spares are stale: their veths are deleted
-(VPP has no socket on them any more) and new ones made. After an agent restart, `start` hands
-every pair tagged spare or retired to the deletes (a killed agent's spares are not trusted:
-made again they cost one af_packet_create each); `close` deletes what is pending and the spares
-(agent shutdown).
+it ~43 ms, so the loop starts neither while a CNI request is in VPP's hands (`request`), unless
+it has waited `YIELD_MAX`; an ADD that finds no spare while one is being made waits for that
+one. Deletes wait for a pause of `QUIET` without requests, at most `DELETE_WAIT_MAX`, and not
+at all once more than `PENDING_MAX` pairs are waiting. Spares of an older VPP connection are
+deleted and made again; at start, every pair tagged spare or retired goes to the deletes (a
+killed agent's spares are not trusted); `close` deletes the pending pairs and the spares.
 """
 
 from __future__ import annotations
@@ -51,7 +48,7 @@ from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.infra import failpoints
 from agent.infra.loops import SupervisedLoop
-from agent.linux import nlwrite
+from agent.linux import ethtool, netlink, nlwrite
 from agent.linux.netns import enter_netns
 from agent.model.errors import CniError
 
@@ -86,6 +83,7 @@ class PoolSettings:
     rings: afpacket.RingOptions
     pod_vrf_id: int
     families: tuple[bool, ...]  # ipv6 flags of the node's pod families
+    tso4: bool = True  # False: the waiting end segments the pods' IPv4 TCP (the node mesh)
 
 
 class PodPool:
@@ -103,6 +101,7 @@ class PodPool:
         self._requests = 0  # CNI requests in VPP's hands now (the loop yields to them)
         self._last_request = 0.0  # monotonic time the last one ended
         self._retired: dict[str, int] = {}  # host -> generation its binding was known on
+        self._pod_netns: dict[str, str] = {}  # retired host -> the namespace of its macvlan
         self._busy: set[str] = set()  # retired pairs being deleted right now
         # ADDs by what `take` gave them: a ready spare, the one being made (waited for), none
         self._takes = dict.fromkeys(TAKES, 0)
@@ -266,6 +265,13 @@ class PodPool:
         except BaseException:
             self.links.release(host)
             raise
+        if not self.cfg.tso4:
+            try:
+                with netlink.translated(f"switching IPv4 TSO off on {peer}"):
+                    ethtool.set_feature(None, peer, "tx-tcp-segmentation", False)
+            except BaseException:
+                self.links.delete(host)
+                raise
         mac = names.random_mac()
         try:
             sw = afpacket.create(self.api, host, mac, self.cfg.rings)
@@ -286,13 +292,32 @@ class PodPool:
 
     # ---- retired pairs -----------------------------------------------------------------------
 
-    def retire(self, host: str, generation: int) -> None:
-        """Hands over pair `host` (VPP's interface routeless, the pod's end back in
-        the node's namespace) for deletion: VPP's AF_PACKET interface when VPP had one on
-        connection `generation`, then the veth."""
+    def retire(self, host: str, generation: int, pod_netns: str = "") -> None:
+        """Hands over pair `host` (VPP's interface routeless, the waiting end down) for
+        deletion: VPP's AF_PACKET interface when VPP had one on connection `generation`,
+        then the veth, and with it the pod's macvlan in `pod_netns` if that is still there."""
         with self._lock:
             self._retire_locked(host, generation)
+            if pod_netns:
+                self._pod_netns[host] = pod_netns
         self._loop.wake()
+
+    def settle(self, pod_netns: str) -> None:
+        """Deletes now the retired pairs whose pod interface may still be in `pod_netns` (an
+        ADD into that namespace wants its interface name back), or waits for the loop's."""
+        while True:
+            with self._lock:
+                mine = [h for h, ns in self._pod_netns.items() if ns == pod_netns]
+                todo = [h for h in mine if h in self._retired]
+                if not todo:
+                    if not any(h in self._busy for h in mine):
+                        return
+                    self._lock.wait()
+                    continue
+                host = todo[0]
+                generation = self._retired.pop(host)
+                self._busy.add(host)
+            self._delete_one(host, generation)
 
     def _queue(self, host: str, generation: int) -> None:
         with self._lock:
@@ -322,15 +347,24 @@ class PodPool:
                 host, generation = next(iter(self._retired.items()))
                 del self._retired[host]
                 self._busy.add(host)
-            try:
-                self._delete(host, generation)
-            except BaseException:
-                with self._lock:
-                    self._retired.setdefault(host, generation)
-                raise
-            finally:
-                with self._lock:
-                    self._busy.discard(host)
+            self._delete_one(host, generation)
+
+    def _delete_one(self, host: str, generation: int) -> None:
+        """Deletes retired pair `host`, taken from the pending into `_busy` by the caller;
+        back to the pending when VPP will not let go of it."""
+        try:
+            self._delete(host, generation)
+        except BaseException:
+            with self._lock:
+                self._retired.setdefault(host, generation)
+            raise
+        else:
+            with self._lock:
+                self._pod_netns.pop(host, None)
+        finally:
+            with self._lock:
+                self._busy.discard(host)
+                self._lock.notify_all()
 
     def _delete(self, host: str, generation: int) -> None:
         bound = True
@@ -363,16 +397,3 @@ class PodPool:
 def node_netns_fd() -> int:
     """An fd of the calling thread's namespace (the node's), for moving a pod's end back."""
     return os.open(_OWN_NS, os.O_RDONLY | os.O_CLOEXEC)
-
-
-def remove_pairs(api: VppApi, links: PodLinks) -> list[str]:
-    """Deletes every pair tagged spare or retired, VPP's interface first (`--teardown`, with
-    no pool running); returns what it removed."""
-    removed = []
-    for tag in (names.SPARE_TAG, names.RETIRED_TAG):
-        for host in links.with_tag(tag):
-            if interfaces.by_name(api, afpacket.vpp_name(host)) is not None:
-                afpacket.delete(api, host)
-            links.delete(host)
-            removed.append(f"pair {host} ({tag})")
-    return removed

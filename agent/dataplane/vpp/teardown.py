@@ -1,5 +1,6 @@
 """Removing the driver's base configuration from VPP and the node, when a node leaves the cluster
-(`vswitch-agent --teardown`) or a test is done with a real VPP.
+(`vswitch-agent --teardown`) or a test is done with a real VPP; and the pod pool's pairs
+(agent/dataplane/vpp/podpool) with it.
 
 The inverse of base.ensure_base, found by tags and the config alone: the main VRF's default routes
 via the interconnect, the routes between the main and the pod VRF, the interconnect (both ends),
@@ -20,6 +21,7 @@ import logging
 from agent.dataplane.vpp import afpacket, hostlink, interfaces, ip, names, tap
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.config import VppConfig
+from agent.dataplane.vpp.podlinks import PodLinks
 from agent.linux import netlink
 
 log = logging.getLogger(__name__)
@@ -78,3 +80,16 @@ def _pod_vrf(api: VppApi, cfg: VppConfig) -> list[str]:
 def remove_base(api: VppApi, cfg: VppConfig) -> list[str]:
     """Removes the base configuration; returns what was removed (absent parts are skipped)."""
     return _host_link(api, cfg) + _pod_vrf(api, cfg)
+
+
+def remove_pairs(api: VppApi, links: PodLinks) -> list[str]:
+    """Deletes every pair tagged spare or retired, VPP's interface first (`--teardown`, with
+    no pool running); returns what it removed."""
+    removed = []
+    for tag in (names.SPARE_TAG, names.RETIRED_TAG):
+        for host in links.with_tag(tag):
+            if interfaces.by_name(api, afpacket.vpp_name(host)) is not None:
+                afpacket.delete(api, host)
+            links.delete(host)
+            removed.append(f"pair {host} ({tag})")
+    return removed

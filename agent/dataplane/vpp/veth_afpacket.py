@@ -68,6 +68,8 @@ class VethAfPacket:
     def create(self, pod: PodNetwork, tag: str, undo: UndoStack,
                netns: PodNetns | None = None) -> Port:
         self.reaper.settle(pod.netns)  # a DEL's veth still holding the pod's interface name
+        if self.pool is not None:
+            self.pool.settle(pod.netns)  # a DEL's macvlan, likewise
         spare = self.pool.take(self.api.generation) if self.pool is not None else None
         if spare is not None:
             return self._from_spare(pod, tag, spare, undo, netns)
@@ -82,27 +84,30 @@ class VethAfPacket:
 
     def _from_spare(self, pod: PodNetwork, tag: str, spare: Spare, undo: UndoStack,
                     netns: PodNetns | None) -> Port:
-        """The spare's waiting end moved into the pod and renamed there in one message, with
-        the pod's MAC and MTU; its host end and VPP's interface tagged with the pod's tag."""
+        """The pod's interface made as a macvlan on the spare's waiting end, right inside the
+        pod's namespace, in one batch with the pod's MAC (on the waiting end: a passthru
+        macvlan takes its lower link's) and MTU; the host end tagged with the pod's tag. The
+        pair stays in the node's namespace (podpool's docstring says why)."""
         assert self.pool is not None
         undo.push(f"destroy spare {spare.host}", lambda: self._destroy(spare))
         pod_mac = names.pod_mac(pod.key)
         mtu = pod.mtu or self.mtu
+        resized = mtu if mtu != self.mtu else 0
         self.links.assign(spare.host, tag)
         with nlwrite.host_batch() as batch, using(pod.netns, netns) as held:
-            batch.set_link(spare.host, mtu=mtu if mtu != self.mtu else 0, alias=tag)
-            batch.move_link(spare.peer_index, held.fd, pod.key.ifname, pod_mac, mtu)
+            batch.set_link(spare.host, mtu=resized, alias=tag)
+            batch.set_link(index=spare.peer_index, mtu=resized, mac=pod_mac)
+            batch.add_macvlan(pod.key.ifname, spare.peer_index, held.fd, mtu)
             try:
                 batch.send()
             except OSError as exc:
-                if getattr(exc, "what", "").startswith("moving") and exc.errno == errno.EEXIST:
+                if getattr(exc, "what", "").startswith("creating macvlan") and \
+                        exc.errno == errno.EEXIST:
                     raise InvalidEnvironment(
                         f"CNI_IFNAME {pod.key.ifname} already exists in CNI_NETNS {pod.netns}"
                     ) from exc
-                raise DataplaneFailure(f"moving spare {spare.host}'s end into {pod.key}",
+                raise DataplaneFailure(f"making {pod.key}'s interface on spare {spare.host}",
                                        describe(exc)) from exc
-        if not self.pod_tso4:
-            self._tso4_off(pod)
         return Port(spare.sw_if_index, spare.host, pod_mac, spare.vpp_mac,
                     prepared=mtu == self.mtu, tag=tag)
 
@@ -115,16 +120,19 @@ class VethAfPacket:
 
     def retire(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None,
                generation: int) -> None:
-        """DEL with a pool: the pod's end back into the node's namespace under its waiting
-        name, the pair tagged retired and handed to the pool, which deletes VPP's interface
-        and then the veth in the background. VPP's interface is routeless already.
+        """DEL with a pool: the waiting end set down (the pod's macvlan on it loses its link),
+        the pair tagged retired and handed to the pool, which deletes VPP's interface and then
+        the veth in the background. VPP's interface is routeless already. A pair made by an
+        earlier version (its waiting end moved into the pod) has that end taken back first.
         A pair of an older agent's name, or one whose end cannot be taken out of a living pod
-        namespace, is removed here as without a pool."""
+        namespace, is removed here as without a pool; a name held for another tag is left."""
         host = self._host(pod, wiring)
-        if host is None:
+        owner = None if host is None else self.links.owner(host)
+        if host is None or (owner is not None and owner != names.pod_tag(pod.key)):
             return
         peer = self.pool.peer_name(host) if self.pool is not None else None
-        if self.pool is None or peer is None or not self._take_back(pod, peer):
+        moved = peer is not None and not netlink.link_exists(peer)
+        if self.pool is None or peer is None or (moved and not self._take_back(pod, peer)):
             self.remove(pod, sw_if_index, wiring)
             return
         if not netlink.link_exists(host):  # gone with its pod namespace before the DEL
@@ -134,8 +142,11 @@ class VethAfPacket:
             return
         with nlwrite.host_batch() as batch:
             batch.set_link(host, alias=names.RETIRED_TAG)
+            if not moved:
+                batch.set_link(peer, up=False)
             nlwrite.send(batch, f"tagging {host} retired")
-        self.pool.retire(host, generation if sw_if_index is not None else -1)
+        self.pool.retire(host, generation if sw_if_index is not None else -1,
+                         "" if moved else pod.netns)
 
     @staticmethod
     def _take_back(pod: PodNetwork, peer: str) -> bool:
