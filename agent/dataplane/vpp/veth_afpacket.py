@@ -9,8 +9,8 @@ record the link is found by its alias, the pod's tag. Records of older agents na
 `vsw<digest>` end (names.digest_host_ifname): found the same ways.
 
 With a pool (`VppPodPool` > 0, agent/dataplane/vpp/podpool) an ADD takes a ready spare when
-there is one and moves its waiting end into the pod, and a DEL hands the pair to the pool's
-background deletes (`retire`); without a spare the pair is made here as before.
+there is one and makes the pod's interface a macvlan on its waiting end, and a DEL hands the
+pair to the pool's background deletes (`retire`); without a spare the pair is made here.
 
 Removal order: VPP's AF_PACKET interface first, then the veth, and the veth only once VPP has
 no binding on it. A veth that goes first leaves VPP polling a socket whose device is gone (VPP
