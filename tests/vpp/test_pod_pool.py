@@ -14,10 +14,13 @@ The pool is started without its loop, so each test drives it by hand (`refill`,
   order); an interface name taken in the pod fails as before and leaves the pod's link alone;
 - DEL answers with VPP's interface routeless and the waiting end down (the pod's macvlan
   without a link), before any af_packet_delete; the pod's namespace can go then without taking
-  the veth; the background delete removes VPP's interface, then the veth; an ADD into the same
-  namespace deletes a retired pair whose macvlan is still there first; a retried DEL leaves
-  alone the pair a newer pod got under the same name; a pod wired by an earlier version (the
-  waiting end itself moved into the pod) has that end taken back;
+  the veth; with the pool full, the background delete removes VPP's interface, then the veth;
+- a DEL's pair serves the next pod (pairs.py): the macvlan deleted in the namespace the DEL
+  held (the runtime removed its path), both tags spare again, and no AF_PACKET create or
+  delete in VPP; not a pair of an older VPP connection; an ADD into the namespace of a retired
+  pair gets the name back first (the pair serves again, or goes when the pool is full); a
+  retried DEL leaves alone the pair a newer pod got under the same name; a pod wired by an
+  earlier version (the waiting end itself moved into the pod) has that end taken back;
 - an agent killed with spares and a retired pair: the next one never lists them as pods'
   objects, and deletes them all, in order;
 - a VPP restart: the spares it forgot are deleted (no af_packet_delete for them), an ADD does
@@ -213,12 +216,14 @@ def test_del_answers_before_the_af_packet_delete_which_comes_before_the_veths(
     finally:
         subprocess.run(["ip", "netns", "del", name], check=True)
     assert netlink.link_exists("vswp0")  # survived its pod's namespace
+    pool.refill()
+    pool.recycle()  # the pool is full again: the pair does not serve again, it goes
     pool.delete_retired()
     assert fake.requests.count("af_packet_delete") == 1
     assert not netlink.link_exists("vswp0") and not netlink.link_exists("vsws0")
     assert itf.sw_if_index not in fake.interfaces()
     assert fake.log() == []  # VPP's interface went while its device was still there
-    assert pool.retiring() == set()
+    assert pool.retiring() == set() and pool.hosts() == ["vswp1"]
 
 
 def test_a_killed_agents_spares_and_retired_pairs_are_deleted_not_adopted_as_pods(
@@ -284,19 +289,71 @@ def test_a_second_pod_interface_name_in_one_namespace(
     assert fake.log() == [] and dp.owned() == {}
 
 
-def test_an_add_into_the_namespace_of_a_retired_pair_deletes_that_pair_first(
+def test_a_dels_pair_serves_the_next_pod_without_vpp_making_or_deleting_one(
+    fake: FakeVPP, driver_factory: Factory
+) -> None:
+    dp, pool = pooled(driver_factory, size=1)
+    with named_netns("tvp") as first_ns:
+        first = pod(first_ns, "10.1.1.84/32")
+        wired = dp.attach(first, UndoStack())
+        itf = fake.interface_by_tag(names.pod_tag(first.key))
+        assert itf is not None and pool.ready() == 0
+        fake.requests.clear()
+        dp.detach(first, wired)
+    # the runtime removed the namespace at once; the DEL holds it until the macvlan is gone
+    pool.recycle()
+    assert pool.hosts() == [wired.host_ifname] and pool.retiring() == set()
+    assert fake.interfaces()[itf.sw_if_index].tag == names.SPARE_TAG
+    assert "UP" in link_json("vsws0")["flags"]
+    with named_netns("tvp") as ns:
+        second = pod(ns, "10.1.1.85/32")
+        again = dp.attach(second, UndoStack())
+        assert again.host_ifname == wired.host_ifname
+        assert again.extra["sw_if_index"] == str(itf.sw_if_index)
+        assert link_json("eth0", ns)["link_index"] == link_json("vsws0")["ifindex"]
+        assert dp.check(second, again) == []
+        assert not any("10.1.1.84" in prefix for _, prefix in fake.routes(1))
+        dp.detach(second, again)
+    assert "af_packet_create_v3" not in fake.requests
+    assert "af_packet_delete" not in fake.requests and fake.log() == []
+
+
+def test_an_add_into_the_namespace_of_a_retired_pair_gets_the_name_back_first(
     fake: FakeVPP, driver_factory: Factory, pod_ns: str
 ) -> None:
+    """The retired macvlan still holds the interface name: the ADD makes the pair a spare
+    again (the pool wants one), or deletes it (the pool is full)."""
     dp, pool = pooled(driver_factory, size=2)
     p = pod(pod_ns, "10.1.1.80/32")
     first = dp.attach(p, UndoStack())
     dp.detach(p, first)
     assert pool.retiring() == {first.host_ifname} and "eth0" in links_in(pod_ns)
     fake.requests.clear()
-    again = dp.attach(p, UndoStack())  # the same interface name, held by the retired macvlan
+    again = dp.attach(p, UndoStack())
+    assert "af_packet_delete" not in fake.requests and pool.retiring() == set()
+    assert dp.check(p, again) == [] and pool.hosts() == [first.host_ifname]
+    dp.detach(p, again)
+    pool.refill()  # full
+    fake.requests.clear()
+    third = dp.attach(p, UndoStack())
     assert fake.requests.count("af_packet_delete") == 1 and pool.retiring() == set()
-    assert not netlink.link_exists(first.host_ifname) or again.host_ifname == first.host_ifname
-    assert dp.check(p, again) == [] and fake.log() == []
+    assert dp.check(p, third) == [] and fake.log() == []
+
+
+def test_a_pair_of_an_older_vpp_connection_is_deleted_not_reused(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str
+) -> None:
+    dp, pool = pooled(driver_factory, size=1)
+    p = pod(pod_ns, "10.1.1.86/32")
+    wired = dp.attach(p, UndoStack())
+    dp.detach(p, wired)
+    fake.restart()
+    assert any(dp.ready() for _ in range(3))  # reconnected: a new generation
+    pool.recycle()
+    assert pool.hosts() == [] and pool.retiring() == {wired.host_ifname}
+    pool.delete_retired()
+    assert not netlink.link_exists(wired.host_ifname) and "eth0" not in links_in(pod_ns)
+    assert fake.log() == []
 
 
 def test_a_retried_del_leaves_the_pair_a_newer_pod_got_under_the_same_name(
@@ -306,8 +363,7 @@ def test_a_retried_del_leaves_the_pair_a_newer_pod_got_under_the_same_name(
     old = pod(pod_ns, "10.1.1.81/32")
     wiring = dp.attach(old, UndoStack())
     dp.detach(old, wiring)
-    pool.delete_retired()
-    pool.refill()  # the name is free again: the new spare gets it
+    pool.recycle()  # the same pair, name and VPP interface serve the next pod
     with named_netns("tvp") as ns:
         new = pod(ns, "10.1.1.82/32")
         newer = dp.attach(new, UndoStack())
@@ -316,6 +372,8 @@ def test_a_retried_del_leaves_the_pair_a_newer_pod_got_under_the_same_name(
         assert dp.check(new, newer) == [] and pool.retiring() == set()
         assert "UP" in link_json(pool.peer_name(newer.host_ifname) or "")["flags"]
         dp.detach(new, newer)
+    pool.refill()
+    pool.recycle()
     pool.delete_retired()
     assert fake.log() == []
 

@@ -41,14 +41,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.pairs import PoolSettings as PoolSettings  # the pool's, for drivers
+from agent.dataplane.vpp.pairs import Reuse, Spare, make_spare, new_spare
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.infra import failpoints
 from agent.infra.loops import SupervisedLoop
-from agent.linux import ethtool, netlink, nlwrite
 from agent.linux.netns import enter_netns
 from agent.model.errors import CniError
 
@@ -60,30 +60,6 @@ QUIET = 0.2  # seconds without requests a delete waits for
 DELETE_WAIT_MAX = 5.0  # seconds a delete waits for them at most
 PENDING_MAX = 16  # retired pairs beyond which deletes wait for nothing
 TAKES = ("ready", "waited", "empty")  # what an ADD's `take` got (vswitch_cni_vpp_pod_pool_takes)
-
-
-@dataclass(frozen=True)
-class Spare:
-    """A ready pair: host end `host` in VPP as `sw_if_index`, peer `peer` (index
-    `peer_index`) down in the node's namespace; made on VPP connection `generation`."""
-
-    host: str
-    peer: str
-    peer_index: int
-    sw_if_index: int
-    vpp_mac: str
-    generation: int
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    size: int  # spares kept ready (VppPodPool); 0: no spares (retired pairs still go here)
-    spare_prefix: str  # the waiting ends' names: this plus the host end's number
-    mtu: int
-    rings: afpacket.RingOptions
-    pod_vrf_id: int
-    families: tuple[bool, ...]  # ipv6 flags of the node's pod families
-    tso4: bool = True  # False: the waiting end segments the pods' IPv4 TCP (the node mesh)
 
 
 class PodPool:
@@ -102,6 +78,7 @@ class PodPool:
         self._last_request = 0.0  # monotonic time the last one ended
         self._retired: dict[str, int] = {}  # host -> generation its binding was known on
         self._pod_netns: dict[str, str] = {}  # retired host -> the namespace of its macvlan
+        self._reuse: dict[str, Reuse] = {}  # retired hosts that may serve again (pairs.py)
         self._busy: set[str] = set()  # retired pairs being deleted right now
         # ADDs by what `take` gave them: a ready spare, the one being made (waited for), none
         self._takes = dict.fromkeys(TAKES, 0)
@@ -133,6 +110,9 @@ class PodPool:
         self._loop.stop()
         with self._lock:
             spares, self._spares = self._spares, []
+            reuse, self._reuse = self._reuse, {}
+        for r in reuse.values():
+            r.netns.close()
         for spare in spares:
             self._queue(spare.host, spare.generation)
         try:
@@ -256,55 +236,60 @@ class PodPool:
 
     def _make(self) -> Spare:
         gateway = self._gateway()  # connects, and applies the base config after a VPP restart
-        generation = self.api.generation
         host = self.links.reserve(names.SPARE_TAG)
         peer = self.peer_name(host)
         assert peer is not None  # reserve() hands out the pool's names only
-        try:
-            _, peer_index = nlwrite.add_local_pair(host, peer, self.cfg.mtu, names.SPARE_TAG)
-        except BaseException:
-            self.links.release(host)
-            raise
-        if not self.cfg.tso4:
-            try:
-                with netlink.translated(f"switching IPv4 TSO off on {peer}"):
-                    ethtool.set_feature(None, peer, "tx-tcp-segmentation", False)
-            except BaseException:
-                self.links.delete(host)
-                raise
-        mac = names.random_mac()
-        try:
-            sw = afpacket.create(self.api, host, mac, self.cfg.rings)
-        except BaseException:
-            self.links.delete(host)  # no binding was made
-            raise
-        try:
-            interfaces.set_tag(self.api, sw, names.SPARE_TAG)
-            for ipv6 in self.cfg.families:
-                interfaces.set_table(self.api, sw, self.cfg.pod_vrf_id, ipv6)
-            interfaces.set_unnumbered(self.api, sw, gateway)
-            interfaces.set_mtu(self.api, sw, self.cfg.mtu)
-            interfaces.set_admin_up(self.api, sw)
-        except BaseException:
-            self._queue(host, generation)
-            raise
-        return Spare(host, peer, peer_index, sw, mac, generation)
+        return new_spare(self.api, self.links, self.cfg, host, peer, gateway, self._queue)
 
     # ---- retired pairs -----------------------------------------------------------------------
 
-    def retire(self, host: str, generation: int, pod_netns: str = "") -> None:
-        """Hands over pair `host` (VPP's interface routeless, the waiting end down) for
+    def retire(self, host: str, generation: int, pod_netns: str = "",
+               reuse: Reuse | None = None) -> None:
+        """Hands over pair `host` (VPP's interface routeless, the waiting end down): with
+        `reuse`, to serve again as a spare when the pool wants one (`recycle`), else for
         deletion: VPP's AF_PACKET interface when VPP had one on connection `generation`,
         then the veth, and with it the pod's macvlan in `pod_netns` if that is still there."""
         with self._lock:
             self._retire_locked(host, generation)
             if pod_netns:
                 self._pod_netns[host] = pod_netns
+            if reuse is not None:
+                self._reuse[host] = reuse
         self._loop.wake()
+
+    def recycle(self, pod_netns: str = "") -> None:
+        """Retired pairs that may serve again (of `pod_netns`, or all) become spares while the
+        pool wants some; the others lose that chance and wait for the deletes."""
+        generation = self.api.generation
+        while True:
+            with self._lock:
+                host = next((h for h in self._reuse if h in self._retired and
+                             (not pod_netns or self._pod_netns.get(h) == pod_netns)), None)
+                if host is None:
+                    return
+                reuse = self._reuse.pop(host)
+                if self._retired[host] != generation or len(self._spares) >= self.cfg.size:
+                    reuse.netns.close()
+                    continue
+                del self._retired[host]
+                self._busy.add(host)
+            peer = self.peer_name(host)
+            assert peer is not None  # only pool-named pairs are offered for reuse
+            spare = make_spare(self.api, self.links, host, peer, reuse, generation)
+            with self._lock:
+                self._busy.discard(host)
+                if spare is None:
+                    self._retired[host] = generation  # for the deletes
+                else:
+                    self._pod_netns.pop(host, None)
+                    self._spares.append(spare)
+                self._lock.notify_all()
 
     def settle(self, pod_netns: str) -> None:
         """Deletes now the retired pairs whose pod interface may still be in `pod_netns` (an
-        ADD into that namespace wants its interface name back), or waits for the loop's."""
+        ADD into that namespace wants its interface name back), or waits for the loop's;
+        those that may serve again become spares instead."""
+        self.recycle(pod_netns)
         while True:
             with self._lock:
                 mine = [h for h, ns in self._pod_netns.items() if ns == pod_netns]
@@ -341,11 +326,11 @@ class PodPool:
             if polite and len(self.retiring()) <= PENDING_MAX and \
                     not self._yield(QUIET, DELETE_WAIT_MAX, to_spares=True):
                 return False
-            with self._lock:
-                if not self._retired:
+            with self._lock:  # a pair that may serve again waits for `recycle`
+                host = next((h for h in self._retired if h not in self._reuse), None)
+                if host is None:
                     return True
-                host, generation = next(iter(self._retired.items()))
-                del self._retired[host]
+                generation = self._retired.pop(host)
                 self._busy.add(host)
             self._delete_one(host, generation)
 
@@ -385,6 +370,7 @@ class PodPool:
             enter_netns(self._nsfd)  # this thread only, once: the node's namespace
             self._entered = True
         while not self._loop.stopping.is_set():
+            self.recycle()
             self.refill()
             if self.delete_retired(polite=True):
                 return

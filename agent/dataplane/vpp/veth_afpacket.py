@@ -35,8 +35,9 @@ from agent.dataplane.reaper import LinkReaper
 from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.modes import Port
+from agent.dataplane.vpp.pairs import Reuse, Spare
 from agent.dataplane.vpp.podlinks import PodLinks
-from agent.dataplane.vpp.podpool import PodPool, Spare, node_netns_fd
+from agent.dataplane.vpp.podpool import PodPool, node_netns_fd
 from agent.infra import failpoints
 from agent.linux import ethtool, netlink, nlwrite
 from agent.linux.netns import PodNetns, describe, using
@@ -145,8 +146,24 @@ class VethAfPacket:
             if not moved:
                 batch.set_link(peer, up=False)
             nlwrite.send(batch, f"tagging {host} retired")
+        reuse = None if moved else self._reuse(pod, sw_if_index, wiring)
         self.pool.retire(host, generation if sw_if_index is not None else -1,
-                         "" if moved else pod.netns)
+                         "" if moved else pod.netns, reuse)
+
+    def _reuse(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None
+               ) -> Reuse | None:
+        """What the pair needs to serve the next pod (agent/dataplane/vpp/pairs), the pod's
+        namespace held open for it; None when it cannot: VPP's interface or its MAC unknown,
+        the pod's own MTU on the pair, or the namespace gone (its macvlan with it)."""
+        if sw_if_index is None or wiring is None or not wiring.gateway_mac or \
+                (pod.mtu or self.mtu) != self.mtu:
+            return None
+        try:
+            held = PodNetns.open(pod.netns)
+        except InvalidEnvironment:
+            return None
+        return Reuse(held, pod.key.ifname, names.pod_mac(pod.key), sw_if_index,
+                     wiring.gateway_mac)
 
     @staticmethod
     def _take_back(pod: PodNetwork, peer: str) -> bool:
