@@ -16,7 +16,9 @@ af_packet_delete. Neither depends on the pod, so neither needs to be on the answ
   waits for nothing. Each spare holds its AF_PACKET rings (1.93 MiB with the defaults).
 - **Retired pairs**: a DEL takes the pod's routes and neighbors out of VPP (not its interface
   down: VPP would set the veth down under its own socket), sets the waiting end down (the pod
-  is cut off), tags the host end `vswitch-cni/retired` and answers; the loop then deletes VPP's
+  is cut off), tags the host end `vswitch-cni/retired` and answers. While the pool wants
+  spares, the loop makes such a pair a spare again (`recycle`, agent/dataplane/vpp/pairs: the
+  pod's macvlan deleted, no VPP interface made or deleted); otherwise it deletes VPP's
   AF_PACKET interface and after it the veth, which takes the pod's macvlan with it (issue
   #27's order; failpoint `del:vpp-afpacket` between the two). The pod's namespace holds only
   the macvlan, so a runtime that removes it at once takes nothing VPP is bound to. A host name
