@@ -8,8 +8,8 @@ As root, with a running VPP. Each round sets /sys/kernel/rcu_expedited to 0, the
 under each runs benchmarks.scale_add's measurement (pods added through libcni one at a time
 until `live` are up, then `measured` more ADDs, then the DELs) for three agents one after the
 other: the kernel dataplane, and VPP in veth + AF_PACKET mode with `VppPodPool` 0 and 4 (the
-VPP agents have `ExpediteKernelRcu: true` under 1, as an operator would; VppPodPool's default
-is 4 under 0 and 0 under 1, the report marks it). VPP's figures are compared with the kernel
+VPP agents have `ExpediteKernelRcu: true` under 1, as an operator would; VppPodPool's default,
+4 under either, is marked). VPP's figures are compared with the kernel
 dataplane's of the same round and knob. The agents' histograms
 (benchmarks.agent_metrics) give the mean `wire` phase and `af_packet_create_v3`. Then each
 setup's burst (`--burst` pods, 0: none), on an agent of its own with no pod up: the pods added by
@@ -39,7 +39,7 @@ BEGIN = ("<!-- rcu-add: begin (written by python3 -m benchmarks.rcu_add; "
          "benchmarks.run keeps it) -->")
 END = "<!-- rcu-add: end -->"
 SETUPS = ("kernel", "vpp, VppPodPool 0", "vpp, VppPodPool 4")
-DEFAULTS = {0: "vpp, VppPodPool 4", 1: "vpp, VppPodPool 0"}  # VppPodPool unset, by knob
+DEFAULT = "vpp, VppPodPool 4"  # VppPodPool unset, whatever the knob
 
 
 @dataclass
@@ -133,8 +133,8 @@ def _median_rate(rows: list[Row], verb: str) -> str:
     return f"{statistics.median(rates):.1f}" if rates else ""
 
 
-def _agent(setup: str, knob: int) -> str:
-    return setup + (" (the default)" if DEFAULTS[knob] == setup else "")
+def _agent(setup: str) -> str:
+    return setup + (" (the default)" if setup == DEFAULT else "")
 
 
 def _ms(value: float | None) -> str:
@@ -153,7 +153,7 @@ def section(rows: list[Row], command: str, load: tuple[str, str], live: int) -> 
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         lines.append(
-            f"| {row.round} | {row.knob} | {_agent(row.setup, row.knob)} | "
+            f"| {row.round} | {row.knob} | {_agent(row.setup)} | "
             f"{row.add_ms:.1f} ({row.add_p99_ms:.1f}) | {row.del_ms:.1f} | "
             f"{ratio(rows, row):.2f} x | {_ms(row.wire_ms)} | {_ms(row.create_ms)} | "
             f"{_burst(row)} | {row.load} |")
@@ -167,7 +167,7 @@ def section(rows: list[Row], command: str, load: tuple[str, str], live: int) -> 
             if not mine:
                 continue
             lines.append(
-                f"| {knob} | {_agent(setup, knob)} | "
+                f"| {knob} | {_agent(setup)} | "
                 f"{statistics.median(r.add_ms for r in mine):.1f} | "
                 f"{statistics.median(r.del_ms for r in mine):.1f} | "
                 f"{statistics.median(ratio(rows, r) for r in mine):.2f} x | "
@@ -175,9 +175,8 @@ def section(rows: list[Row], command: str, load: tuple[str, str], live: int) -> 
     lines += ["", "The VPP agents run veth + AF_PACKET pods, with `ExpediteKernelRcu: true` "
               "under 1. Burst: pods added by 16 runtimes at once on an agent with no pod up, "
               "then deleted so; pods/s = pods / wall time (figure 2's measure). "
-              "\"The default\": what `VppPodPool` unset gives under that knob "
-              "(docs/vpp.md, \"VPP's AF_PACKET interfaces and the kernel's RCU grace "
-              "periods\").", END, ""]
+              "\"The default\": what `VppPodPool` unset gives (docs/vpp.md, \"The pod "
+              "pool\").", END, ""]
     return "\n".join(lines)
 
 

@@ -121,11 +121,10 @@ class Agent:
             self.node_id,
             [str(s) for s in self.networks.pod_subnets],
         )
-        # before the dataplane is made: VppPodPool's default follows the grace periods
-        wanted = cfg.expedite_kernel_rcu and cfg.dataplane == "vpp"
-        rcu_fast = rcu.expedite() if wanted else rcu.expedited()
+        if cfg.expedite_kernel_rcu and cfg.dataplane == "vpp":
+            rcu.expedite()
         # made, not started: no I/O yet
-        self.dataplane = make_dataplane(cfg, self.networks, self.metrics, rcu_fast)
+        self.dataplane = make_dataplane(cfg, self.networks, self.metrics)
         # Node IP and the MTU check before the dataplane starts: a pod MTU the uplink cannot
         # carry refuses the start. The VPP mesh shares the driver's connection.
         env = dict(os.environ)

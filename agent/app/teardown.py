@@ -21,7 +21,7 @@ import os
 from agent.app.agent import prepare_socket
 from agent.app.config import AgentConfig
 from agent.dataplane.kernel import OWNER_PREFIX
-from agent.linux import hostnat, netlink, rcu
+from agent.linux import hostnat, netlink
 from agent.model.errors import CniError
 from agent.state.store import Store
 
@@ -71,7 +71,7 @@ def _vpp_base(cfg: AgentConfig) -> list[str]:
         networks = node_networks(cfg.ipam, node_id)
     except ConfigError as exc:  # an ID this config's subnets cannot hold
         return [f"VPP base configuration left: {exc}"]
-    dp = VppDataplane(vpp_config(cfg, networks, rcu.expedited()))
+    dp = VppDataplane(vpp_config(cfg, networks))
     try:
         pods = []
         for name, tag in sorted(dp.owned().items()):  # the pods' interfaces, then their links

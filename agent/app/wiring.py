@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def make_dataplane(cfg: AgentConfig, networks: NodeNetworks,
-                   metrics: Metrics | None = None, rcu_expedited: bool = False) -> Dataplane:
+                   metrics: Metrics | None = None) -> Dataplane:
     gateways = [
         ipaddress.ip_interface(f"{gw}/{subnet.prefixlen}")
         for gw, subnet in zip(networks.gateways, networks.pod_subnets, strict=True)
@@ -35,17 +35,14 @@ def make_dataplane(cfg: AgentConfig, networks: NodeNetworks,
         return KernelDataplane(gateways, cfg.mtu, cfg.gateway_interface, cfg.host_interface_prefix)
     from agent.dataplane.vpp import VppDataplane
 
-    vpp = VppDataplane(vpp_config(cfg, networks, rcu_expedited))
+    vpp = VppDataplane(vpp_config(cfg, networks))
     if metrics is not None:
         vpp.api.observe = metrics.vpp_call
     return vpp
 
 
-def vpp_config(cfg: AgentConfig, networks: NodeNetworks,
-               rcu_expedited: bool = False) -> VppConfig:
-    """The driver's config from the agent's config and this node's networks; `rcu_expedited`:
-    whether the kernel expedites RCU grace periods (agent/linux/rcu), which VppPodPool's
-    default follows."""
+def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
+    """The driver's config from the agent's config and this node's networks."""
     gateways = tuple(
         ipaddress.ip_interface(f"{gw}/{subnet.prefixlen}")
         for gw, subnet in zip(networks.gateways, networks.pod_subnets, strict=True)
@@ -73,7 +70,7 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks,
         host_vpp_ifname=cfg.vpp_host_peer_interface,
         pod_link_prefix=f"{cfg.host_interface_prefix}p",
         spare_link_prefix=f"{cfg.host_interface_prefix}s",
-        pod_pool=pod_pool(cfg, rcu_expedited),
+        pod_pool=DEFAULT_POD_POOL if cfg.vpp_pod_pool is None else cfg.vpp_pod_pool,
         cnat=cfg.service_translation == "vpp",
         route_cluster=cfg.vxlan_in_vpp,
         cluster_pod_nets=tuple(n for n in (cfg.ipam.pod_subnet_cidr, cfg.ipam.pod_subnet_v6_cidr)
@@ -89,18 +86,6 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks,
         host_rx_frames=cfg.afpacket_host_rx_frames,
         host_tx_frames=cfg.afpacket_host_tx_frames,
     )
-
-
-def pod_pool(cfg: AgentConfig, rcu_expedited: bool) -> int:
-    """VppPodPool, or its default: 4 spares, none where grace periods are expedited (a spare's
-    move into the pod then costs more than making the pair in the ADD; docs/vpp.md)."""
-    if cfg.vpp_pod_pool is not None:
-        return cfg.vpp_pod_pool
-    size = 0 if rcu_expedited else DEFAULT_POD_POOL
-    if cfg.dataplane == "vpp" and not cfg.use_tap_interfaces:  # where the pool is used
-        log.info("VppPodPool unset: %d spares (the kernel's RCU grace periods are %s)", size,
-                 "expedited" if rcu_expedited else "normal")
-    return size
 
 
 def nat_plan(cfg: AgentConfig) -> NatPlan:

@@ -7,7 +7,6 @@ about by name; the IPAM section's errors surface as IPAMConfig.<key>.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -161,22 +160,14 @@ def test_nat_and_afpacket_keys() -> None:
         assert info.value.key == key
 
 
-def test_vpp_pod_pool_key_and_its_default_follows_the_kernels_grace_periods(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_vpp_pod_pool_key_and_its_default() -> None:
     unset = parse({"Dataplane": "vpp", "UseTAPInterfaces": False}, env={})
     assert unset.vpp_pod_pool is None and not unset.expedite_kernel_rcu
     networks = node_networks(unset.ipam, 1)
-    assert vpp_config(unset, networks).pod_pool == 4
-    # expedited grace periods: a pair made in the ADD is faster than a spare moved in
-    with caplog.at_level(logging.INFO, logger="agent.app.wiring"):
-        assert vpp_config(unset, networks, rcu_expedited=True).pod_pool == 0
-    assert "VppPodPool unset: 0 spares (the kernel's RCU grace periods are expedited)" \
-        in caplog.text
-    for given in (0, 7):  # given: as given, whatever the kernel does
+    assert vpp_config(unset, networks).pod_pool == 4  # whatever the kernel's grace periods
+    for given in (0, 7):
         cfg = parse({"Dataplane": "vpp", "vpppodpool": given}, env={})
-        assert {vpp_config(cfg, networks, rcu_expedited=e).pod_pool for e in (False, True)} \
-            == {given}
+        assert vpp_config(cfg, networks).pod_pool == given
     for value in (-1, 65, "many"):
         with pytest.raises(ConfigError) as info:
             parse({"VppPodPool": value}, env={})
