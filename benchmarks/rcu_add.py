@@ -54,6 +54,7 @@ class Row:
     create_ms: float | None
     load: str
     burst: Throughput | None = None  # the 16-runtime burst on an agent of its own
+    churn_ms: float | None = None  # median ADD of a pod replacing a pod, node full
 
 
 def agent_extra(setup: str, knob: int, socket: str) -> dict[str, Any]:
@@ -89,7 +90,8 @@ def measure_burst(b: Bench, name: str, extra: dict[str, Any], count: int) -> Thr
         return throughput(net, b.namespaces, count, {})
 
 
-def measure(rounds: int, live: int, measured: int, burst: int, socket: str) -> list[Row]:
+def measure(rounds: int, live: int, measured: int, burst: int, socket: str,
+            churn: int = 0) -> list[Row]:
     rows: list[Row] = []
     with knob_restored(), bench("rcu") as b:
         for r in range(1, rounds + 1):
@@ -99,24 +101,37 @@ def measure(rounds: int, live: int, measured: int, burst: int, socket: str) -> l
                     name = f"rcu{r}{knob}{SETUPS.index(setup)}"
                     extra = agent_extra(setup, knob, socket)
                     res = measure_agent(b, name, extra, live, measured,
-                                        socket if setup != "kernel" else "")
+                                        socket if setup != "kernel" else "", churn)
                     row = Row(r, knob, setup, res.figures.add.median, res.figures.add.p99,
                               res.figures.delete.median, _mean_ms(res.phases, "wire"),
                               _mean_ms(res.vpp_calls, "af_packet_create_v3"),
                               machine.loadavg().split()[0])
+                    if res.figures.churn is not None:
+                        row.churn_ms = res.figures.churn.median
                     if burst:
                         row.burst = measure_burst(b, name + "b", extra, burst)
                     rows.append(row)
                     print(f"round {r} knob {knob} {setup}: ADD {row.add_ms:.1f} ms (p99 "
-                          f"{row.add_p99_ms:.1f}), DEL {row.del_ms:.1f} ms, {_burst(row)}, "
-                          f"load {row.load}", flush=True)
+                          f"{row.add_p99_ms:.1f}), DEL {row.del_ms:.1f} ms, churn ADD "
+                          f"{_ms(row.churn_ms)} ms, {_burst(row)}, load {row.load}", flush=True)
     return rows
 
 
-def ratio(rows: list[Row], row: Row) -> float:
+def ratio(rows: list[Row], row: Row, field: str = "add_ms") -> float | None:
+    """`row`'s `field` over the kernel dataplane's of its round and knob (None: not measured)."""
     kernel = next(k for k in rows if (k.round, k.knob, k.setup) == (row.round, row.knob,
                                                                     "kernel"))
-    return row.add_ms / kernel.add_ms
+    mine, theirs = getattr(row, field), getattr(kernel, field)
+    return None if mine is None or not theirs else float(mine / theirs)
+
+
+def _x(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f} x"
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _burst(row: Row) -> str:
@@ -148,19 +163,21 @@ def section(rows: list[Row], command: str, load: tuple[str, str], live: int) -> 
         f"ADD and DEL at {live}+ live pods through libcni, as section 8. Load average "
         f"{load[0]} at the start, {load[1]} at the end. Code: {machine.git_commit()}.", "",
         "| round | rcu_expedited | agent | ADD ms (p99) | DEL ms | ADD / kernel ADD | "
+        "churn ADD ms | churn ADD / kernel's | "
         "`wire` mean ms | `af_packet_create_v3` mean ms | burst ADD pods/s (median ms) | "
         "burst DEL pods/s (median ms) | 1-min load after |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         lines.append(
             f"| {row.round} | {row.knob} | {_agent(row.setup)} | "
             f"{row.add_ms:.1f} ({row.add_p99_ms:.1f}) | {row.del_ms:.1f} | "
-            f"{ratio(rows, row):.2f} x | {_ms(row.wire_ms)} | {_ms(row.create_ms)} | "
+            f"{_x(ratio(rows, row))} | {_ms(row.churn_ms)} | "
+            f"{_x(ratio(rows, row, 'churn_ms'))} | {_ms(row.wire_ms)} | {_ms(row.create_ms)} | "
             f"{_burst(row)} | {row.load} |")
     lines += ["", "Medians over the rounds:", "",
-              "| rcu_expedited | agent | ADD ms | DEL ms | ADD / kernel ADD | burst ADD pods/s | "
-              "burst DEL pods/s |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+              "| rcu_expedited | agent | ADD ms | DEL ms | ADD / kernel ADD | churn ADD ms | "
+              "churn ADD / kernel's | burst ADD pods/s | burst DEL pods/s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for knob in (0, 1):
         for setup in SETUPS:
             mine = [r for r in rows if (r.knob, r.setup) == (knob, setup)]
@@ -170,10 +187,14 @@ def section(rows: list[Row], command: str, load: tuple[str, str], live: int) -> 
                 f"| {knob} | {_agent(setup)} | "
                 f"{statistics.median(r.add_ms for r in mine):.1f} | "
                 f"{statistics.median(r.del_ms for r in mine):.1f} | "
-                f"{statistics.median(ratio(rows, r) for r in mine):.2f} x | "
+                f"{_x(_median([ratio(rows, r) for r in mine]))} | "
+                f"{_ms(_median([r.churn_ms for r in mine]))} | "
+                f"{_x(_median([ratio(rows, r, 'churn_ms') for r in mine]))} | "
                 f"{_median_rate(mine, 'add')} | {_median_rate(mine, 'del')} |")
     lines += ["", "The VPP agents run veth + AF_PACKET pods, with `ExpediteKernelRcu: true` "
-              "under 1. Burst: pods added by 16 runtimes at once on an agent with no pod up, "
+              "under 1. Churn: with the node full, pods replacing pods one at a time (the "
+              "oldest pod's DEL, then a new pod's ADD), as a rollout does. "
+              "Burst: pods added by 16 runtimes at once on an agent with no pod up, "
               "then deleted so; pods/s = pods / wall time (figure 2's measure). "
               "\"The default\": what `VppPodPool` unset gives (docs/vpp.md, \"The pod "
               "pool\").", END, ""]
@@ -186,6 +207,8 @@ def main() -> None:
     parser.add_argument("--live", type=int, default=100)
     parser.add_argument("--measured", type=int, default=30)
     parser.add_argument("--burst", type=int, default=48, help="pods per burst (0: none)")
+    parser.add_argument("--churn", type=int, default=30,
+                        help="pods replacing pods with the node full (0: none)")
     parser.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -196,11 +219,12 @@ def main() -> None:
     if not os.path.exists(KNOB):
         parser.error(f"this kernel has no {KNOB}")
     before = machine.loadavg()
-    rows = measure(args.rounds, args.live, args.measured, args.burst, socket)
+    rows = measure(args.rounds, args.live, args.measured, args.burst, socket, args.churn)
     command = "python3 -m benchmarks.rcu_add" + "".join(
         f" --{name} {value}" for name, value, default in (
             ("rounds", args.rounds, 2), ("live", args.live, 100),
-            ("measured", args.measured, 30), ("burst", args.burst, 48)) if value != default)
+            ("measured", args.measured, 30), ("burst", args.burst, 48),
+            ("churn", args.churn, 30)) if value != default)
     write_section(args.out, section(rows, command, (before, machine.loadavg()), args.live),
                   BEGIN, END)
     print(f"wrote {args.out}")

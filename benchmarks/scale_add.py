@@ -49,6 +49,7 @@ class AtScale:
     # VPP only: the packet-socket rings VPP has mapped with the node full, per interface
     ring_mib_per_interface: float | None = None
     interfaces: int = 0
+    churn: Summary | None = None  # ms, ADDs of pods replacing pods (`run`'s churn), if any
 
 
 def mem_available_kib() -> int:
@@ -91,12 +92,15 @@ def socket_mappings_kib(pid: int) -> list[int]:
 
 
 def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int,
-        vpp_socket: str = "") -> AtScale:
+        vpp_socket: str = "", churn: int = 0) -> AtScale:
     """Fills the node to `live` pods, then measures `measured` more ADDs and as many DELs.
-    `vpp_socket`: VPP's API socket, to read its ring mappings with the node full."""
+    `vpp_socket`: VPP's API socket, to read its ring mappings with the node full. `churn`:
+    before the DELs, that many pods replace pods, as a rollout does: the oldest pod's DEL, then
+    a new pod's ADD (measured), the node staying full."""
     pods: list[Pod] = []
     adds: list[float] = []
     deletes: list[float] = []
+    replaced: list[float] = []
     before = mem_available_kib()
     try:
         for i in range(live + measured):
@@ -108,6 +112,13 @@ def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int,
         drop_mib = (before - mem_available_kib()) / 1024
         pid = server_pid(vpp_socket) if vpp_socket else None
         rings = socket_mappings_kib(pid) if pid else []
+        for _ in range(churn):
+            old = pods.pop(0)
+            net.delete(old)
+            namespaces.remove(old.netns)
+            pod = net.new_pod(namespaces)
+            pods.append(pod)
+            replaced.append(net.add(pod))
         while pods:
             pod = pods.pop()
             ms = net.delete(pod)
@@ -120,7 +131,8 @@ def run(net: CniNetwork, namespaces: Namespaces, live: int, measured: int,
             namespaces.remove(pod.netns)
     return AtScale(live, Summary.of(adds, "ms"), Summary.of(deletes, "ms"),
                    drop_mib / (live + measured),
-                   sum(rings) / len(rings) / 1024 if rings else None, len(rings))
+                   sum(rings) / len(rings) / 1024 if rings else None, len(rings),
+                   Summary.of(replaced, "ms") if replaced else None)
 
 
 @dataclass
@@ -171,11 +183,11 @@ def agent_network(b: Bench, name: str, extra: dict[str, object]
 
 
 def measure_agent(b: Bench, name: str, extra: dict[str, object], live: int, measured: int,
-                  vpp_socket: str = "") -> AgentAtScale:
+                  vpp_socket: str = "", churn: int = 0) -> AgentAtScale:
     """`run` against an agent of its own with config `extra` (on a fresh subnet)."""
     with agent_network(b, name, extra) as (agent, net):
         before = agent_metrics.snapshot(agent)
-        figures = run(net, b.namespaces, live, measured, vpp_socket)
+        figures = run(net, b.namespaces, live, measured, vpp_socket, churn)
         after = agent_metrics.snapshot(agent)
     return AgentAtScale(figures, agent_metrics.delta(before, after, agent_metrics.PHASES),
                         agent_metrics.delta(before, after, agent_metrics.VPP_CALLS))
