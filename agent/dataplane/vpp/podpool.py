@@ -23,7 +23,7 @@ af_packet_delete. Neither depends on the pod, so neither needs to be on the answ
   #27's order; failpoint `del:vpp-afpacket` between the two). The pod's namespace holds only
   the macvlan, so a runtime that removes it at once takes nothing VPP is bound to. A host name
   stays reserved until its pair is gone; an ADD into a namespace whose retired macvlan is
-  still there deletes that pair first (`settle`).
+  still there settles that pair first (`settle`: it serves again, or is deleted).
 
 One supervised loop (agent/infra/loops) does both, deletes first, in the namespace of the thread
 that started the pool. VPP answers one request at a time and an AF_PACKET create or delete holds
