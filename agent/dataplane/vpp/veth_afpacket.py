@@ -122,11 +122,12 @@ class VethAfPacket:
     def retire(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None,
                generation: int) -> None:
         """DEL with a pool: the waiting end set down (the pod's macvlan on it loses its link),
-        the pair tagged retired and handed to the pool, which deletes VPP's interface and then
-        the veth in the background. VPP's interface is routeless already. A pair made by an
-        earlier version (its waiting end moved into the pod) has that end taken back first.
-        A pair of an older agent's name, or one whose end cannot be taken out of a living pod
-        namespace, is removed here as without a pool; a name held for another tag is left."""
+        the pair tagged retired and handed to the pool, which has it serve the next pod
+        (`_reuse`) or deletes VPP's interface and then the veth in the background. VPP's
+        interface is routeless already. A pair made by an earlier version (its waiting end
+        moved into the pod) has that end taken back first. A pair of an older agent's name, or
+        one whose end cannot be taken out of a living pod namespace, is removed here as
+        without a pool; a name held for another tag is left."""
         host = self._host(pod, wiring)
         owner = None if host is None else self.links.owner(host)
         if host is None or (owner is not None and owner != names.pod_tag(pod.key)):
