@@ -243,9 +243,9 @@ class VppApi:
         """Sends request `name`; returns the reply; non-zero retval -> VppCallFailed."""
         return checked(name, self._invoke(name, fields), context)
 
-    def call_present(self, name: str, **fields: Any) -> Any | None:
+    def call_present(self, name: str, context: str = "", **fields: Any) -> Any | None:
         """`call`, but None where VPP answers "no such entry"."""
-        return checked(name, self._invoke(name, fields), absent_ok=True)
+        return checked(name, self._invoke(name, fields), context, absent_ok=True)
 
     def dump(self, name: str, **fields: Any) -> list[Any]:
         """Sends dump request `name`; returns its details messages."""

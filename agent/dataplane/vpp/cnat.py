@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.dataplane.vpp import cnat_node
-from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
+from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from services import Backend, Translation, TranslationKey
 
 log = logging.getLogger(__name__)
@@ -162,8 +162,4 @@ class VppServices:
             log.info("%d Service translations found in VPP", len(self._installed))
 
     def _delete(self, ident: int) -> None:
-        try:
-            self.api.call("cnat_translation_del", id=ident)
-        except VppCallFailed as exc:
-            if exc.retval != NO_SUCH_ENTRY:
-                raise
+        self.api.call_present("cnat_translation_del", id=ident)  # one already gone: done

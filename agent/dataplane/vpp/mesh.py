@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.dataplane.vpp import interfaces, ip, neighbors
-from agent.dataplane.vpp.api import NO_SUCH_ENTRY, VppApi, VppCallFailed
+from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.names import BASE_TAG_PREFIX
 from agent.model.node import NodeInfo, link_local
 
@@ -226,17 +226,13 @@ class VppMesh:
         ]
 
     def _delete_tunnel(self, held: HeldTunnel) -> None:
-        try:
-            self.api.call(
-                "vxlan_add_del_tunnel_v3", is_add=False, instance=ANY,
-                src_address=ipaddress.ip_address(held.src),
-                dst_address=ipaddress.ip_address(held.dst), src_port=VXLAN_PORT,
-                dst_port=VXLAN_PORT, mcast_sw_if_index=ANY, encap_vrf_id=held.encap_vrf_id,
-                decap_next_index=ANY, vni=held.vni, is_l3=False,
-            )
-        except VppCallFailed as exc:
-            if exc.retval != NO_SUCH_ENTRY:
-                raise
+        self.api.call_present(  # a tunnel already gone: done
+            "vxlan_add_del_tunnel_v3", is_add=False, instance=ANY,
+            src_address=ipaddress.ip_address(held.src),
+            dst_address=ipaddress.ip_address(held.dst), src_port=VXLAN_PORT,
+            dst_port=VXLAN_PORT, mcast_sw_if_index=ANY, encap_vrf_id=held.encap_vrf_id,
+            decap_next_index=ANY, vni=held.vni, is_l3=False,
+        )
 
     def unprogram(
         self, local: NodeInfo, remote: NodeInfo, keep: Collection[NodeInfo] = ()
@@ -258,9 +254,8 @@ class VppMesh:
                 removed.append(f"mesh BVI {itf.name}")
             self._bvi = None
             if self.api.dump("bridge_domain_dump", bd_id=self.bd_id, sw_if_index=ANY):
-                _ignore_missing(lambda: self.api.call(
-                    "bridge_domain_add_del_v2", bd_id=self.bd_id, is_add=False,
-                    context=f"bridge domain {self.bd_id}"))
+                self.api.call_present("bridge_domain_add_del_v2", bd_id=self.bd_id,
+                                      is_add=False, context=f"bridge domain {self.bd_id}")
                 removed.append(f"bridge domain {self.bd_id}")
         return removed
 
@@ -296,9 +291,9 @@ class VppMesh:
                 continue
             # VPP deletes an entry only given its own sw_if_index (or 0); a static entry
             # outlives its tunnel, naming the deleted interface
-            _ignore_missing(lambda m=mac, sw=int(entry.sw_if_index): self.api.call(
-                "l2fib_add_del", mac=m, bd_id=self.bd_id, sw_if_index=sw, is_add=False,
-                static_mac=True, filter_mac=False, bvi_mac=False))
+            self.api.call_present("l2fib_add_del", mac=mac, bd_id=self.bd_id,
+                                  sw_if_index=int(entry.sw_if_index), is_add=False,
+                                  static_mac=True, filter_mac=False, bvi_mac=False)
             out.append(f"L2 FIB {mac}")
         return out
 
@@ -346,11 +341,3 @@ def _routes(remote: NodeInfo) -> list[tuple[ip.IPNetwork, str]]:
 def _next_hop(address: str) -> dict[str, Any]:
     parsed = ipaddress.ip_address(address)
     return {"address": {"ip6" if parsed.version == 6 else "ip4": parsed}}
-
-
-def _ignore_missing(call: Any) -> None:
-    try:
-        call()
-    except VppCallFailed as exc:
-        if exc.retval != NO_SUCH_ENTRY:
-            raise
