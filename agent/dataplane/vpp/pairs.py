@@ -101,7 +101,7 @@ def new_spare(api: VppApi, links: PodLinks, cfg: PoolSettings, host: str, peer: 
     return Spare(host, peer, peer_index, sw, mac, generation)
 
 
-def make_spare(api: VppApi, links: PodLinks, host: str, peer: str, reuse: Reuse,
+def spare_again(api: VppApi, links: PodLinks, host: str, peer: str, reuse: Reuse,
                generation: int) -> Spare | None:
     """Pair `host` (retired, waiting end `peer`) as a spare again: the pod's macvlan deleted,
     the waiting end up, both tags back to spare. None when it cannot serve (its macvlan is not

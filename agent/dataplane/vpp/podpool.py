@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi
 from agent.dataplane.vpp.pairs import PoolSettings as PoolSettings  # the pool's, for drivers
-from agent.dataplane.vpp.pairs import Reuse, Spare, make_spare, new_spare
+from agent.dataplane.vpp.pairs import Reuse, Spare, new_spare, spare_again
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.infra import failpoints
 from agent.infra.loops import SupervisedLoop
@@ -277,7 +277,7 @@ class PodPool:
                 self._busy.add(host)
             peer = self.peer_name(host)
             assert peer is not None  # only pool-named pairs are offered for reuse
-            spare = make_spare(self.api, self.links, host, peer, reuse, generation)
+            spare = spare_again(self.api, self.links, host, peer, reuse, generation)
             with self._lock:
                 self._busy.discard(host)
                 if spare is None:

@@ -129,8 +129,7 @@ class VethAfPacket:
         one whose end cannot be taken out of a living pod namespace, is removed here as
         without a pool; a name held for another tag is left."""
         host = self._host(pod, wiring)
-        owner = None if host is None else self.links.owner(host)
-        if host is None or (owner is not None and owner != names.pod_tag(pod.key)):
+        if host is None or self._anothers(pod, host):
             return
         peer = self.pool.peer_name(host) if self.pool is not None else None
         moved = peer is not None and not netlink.link_exists(peer)
@@ -268,20 +267,22 @@ class VethAfPacket:
         return Port(sw_if_index, host, wiring.pod_mac or names.pod_mac(pod.key), vpp_mac,
                     tag=tag)
 
+    def _anothers(self, pod: PodNetwork, host: str) -> bool:
+        """Whether the table holds name `host` for another tag than the pod's: a retried DEL's
+        record may name a link that went and whose name a newer pod (or a spare) took, or one
+        this pod's first DEL retired already. Such a name is left alone."""
+        owner = self.links.owner(host)
+        return owner is not None and owner != names.pod_tag(pod.key)
+
     def vpp_names(self, pod: PodNetwork, wiring: Wiring | None) -> list[str] | None:
         host = self._host(pod, wiring)
         return [] if host is None else [afpacket.vpp_name(host)]
 
     def remove(self, pod: PodNetwork, sw_if_index: int | None, wiring: Wiring | None) -> None:
         """VPP's interface now; the veth set down and handed to the reaper (see the
-        docstring). A name the table holds for another tag is left alone: a retried DEL's
-        record may name a link that went and whose name a newer pod took, or one this pod's
-        first DEL retired already."""
+        docstring). A name held for another tag is left alone (`_anothers`)."""
         host = self._host(pod, wiring)
-        if host is None:
-            return
-        owner = self.links.owner(host)
-        if owner is not None and owner != names.pod_tag(pod.key):
+        if host is None or self._anothers(pod, host):
             return
         if sw_if_index is not None:
             # Raises when VPP refuses or does not answer: the veth stays (see the docstring).
