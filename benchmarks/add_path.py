@@ -99,9 +99,8 @@ def _service() -> Iterator[Any]:
     from agent.api.grpc_server import CniService
     from agent.dataplane.kernel import KernelDataplane
     from agent.lifecycle.pods import PodManager
-    from agent.lifecycle.pools import Pools
     from agent.state.store import Store
-    from ipam import IPAMConfig, node_networks
+    from ipam import IPAMConfig, NodeAllocator, node_networks
     from testbed.etcd import EtcdServer
     from testbed.netns import entered, named_netns, run_in
 
@@ -120,7 +119,7 @@ def _service() -> Iterator[Any]:
         driver = KernelDataplane(gateways, 1400, f"vsb{suffix}", f"b{suffix[:3]}")
         driver.start()
         stack.callback(driver.close)
-        pods = PodManager(1, store, driver, Pools(networks), 1400)
+        pods = PodManager(1, store, driver, NodeAllocator(networks), 1400)
         yield CniService(pods, lambda: None)
 
 

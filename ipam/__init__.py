@@ -6,11 +6,12 @@ No I/O here (no sockets, no files): persistence is agent/state/store's job. The 
     max_node_id(cfg) -> int                                 largest valid node ID (IDs start at 1)
     node_networks(cfg, node_id) -> NodeNetworks             a node's subnets and addresses
     PodAllocator(subnet, gateway)                           round-robin pod addresses
+    NodeAllocator(networks)                                 one address per family, all or none
     ConfigError (CNI code 7), Exhausted (CNI code 100)
 """
 
 from ipam._parse import ConfigError, Exhausted, IPAddress, IPNetwork
-from ipam.allocator import PodAllocator
+from ipam.allocator import NodeAllocator, PodAllocator
 from ipam.config import IPAMConfig
 from ipam.subnets import IPInterface, NodeNetworks, check_node_id, max_node_id, node_networks
 
@@ -21,6 +22,7 @@ __all__ = [
     "IPAddress",
     "IPInterface",
     "IPNetwork",
+    "NodeAllocator",
     "NodeNetworks",
     "PodAllocator",
     "check_node_id",

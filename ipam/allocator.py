@@ -1,4 +1,6 @@
-"""Next free pod address in one node pod subnet: round robin, small, never enumerating the subnet.
+"""A node's pod addresses: `PodAllocator` hands out the next free address of one pod subnet (round
+robin, small, never enumerating the subnet); `NodeAllocator` gives a pod one address per family of
+the node, all or none.
 
 Addresses are kept as offsets from the network address: a set of the offsets in use and a cursor at
 the last one handed out. `allocate` walks forward from the cursor (wrapping), so an address just
@@ -9,14 +11,19 @@ or an IPv6 /64 costs no more than a /24; memory is one int per address in use.
 Never handed out (as Contiv): host 0 (network / subnet-router anycast), the gateway, the last usable
 address (reserved, Contiv's NAT loopback) and the last address (IPv4 broadcast).
 Thread-safe: the agent allocates for different pods in parallel.
+
+The allocators hold no truth of their own: the agent rebuilds them from its stored pod records at
+start (`reserve`) and hands an address to a pod only once its allocation is stored.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import threading
+from collections.abc import Iterable
 
 from ipam._parse import Exhausted, IPAddress, IPNetwork
+from ipam.subnets import IPInterface, NodeNetworks
 
 
 class PodAllocator:
@@ -100,3 +107,73 @@ class PodAllocator:
         if self.subnet.version == 4:
             return ipaddress.IPv4Address(value)
         return ipaddress.IPv6Address(value)  # ip_address() would read a small int as IPv4
+
+
+class NodeAllocator:
+    """One address per address family of the node for each pod: one `PodAllocator` per pod
+    subnet, behind one lock so that a pod gets all its addresses or none."""
+
+    def __init__(self, networks: NodeNetworks) -> None:
+        self._lock = threading.Lock()
+        self._allocators = [
+            PodAllocator(subnet, gateway)
+            for subnet, gateway in zip(networks.pod_subnets, networks.gateways, strict=True)
+        ]
+        self.gateways: tuple[IPAddress, ...] = tuple(networks.gateways)
+
+    def allocate(self) -> list[IPInterface]:
+        """One host address (/32 or /128) per family; raises Exhausted, taking none, when any
+        family's subnet is full."""
+        taken: list[IPAddress] = []
+        with self._lock:
+            try:
+                for allocator in self._allocators:
+                    taken.append(allocator.allocate())
+            except Exhausted:
+                for allocator, ip in zip(self._allocators, taken, strict=False):
+                    allocator.release(ip)
+                raise
+        return [ipaddress.ip_interface(f"{ip}/{ip.max_prefixlen}") for ip in taken]
+
+    def release(self, addresses: Iterable[str | IPInterface]) -> None:
+        """Frees the addresses; one outside the node's subnets, or not in use, is no error."""
+        with self._lock:
+            for address in addresses:
+                ip = ipaddress.ip_interface(address).ip
+                for allocator in self._allocators:
+                    if ip in allocator.subnet:
+                        allocator.release(ip)
+
+    def reserve(self, addresses: Iterable[str | IPInterface]) -> list[str]:
+        """Marks recorded addresses as used; returns those outside this node's pod subnets."""
+        foreign: list[str] = []
+        with self._lock:
+            for address in addresses:
+                ip = ipaddress.ip_interface(address).ip
+                owner = next((a for a in self._allocators if ip in a.subnet), None)
+                if owner is None:
+                    foreign.append(str(address))
+                else:
+                    owner.reserve(ip)
+        return foreign
+
+    def owns(self, address: str | IPInterface) -> bool:
+        """Whether `address` lies in one of this node's pod subnets."""
+        ip = ipaddress.ip_interface(address).ip
+        return any(ip in a.subnet for a in self._allocators)
+
+    def exhausted(self) -> bool:
+        with self._lock:
+            return any(a.free == 0 for a in self._allocators)
+
+    def usage(self) -> list[dict[str, object]]:
+        with self._lock:
+            return [
+                {
+                    "subnet": str(a.subnet),
+                    "capacity": a.capacity,
+                    "inUse": a.in_use,
+                    "free": a.free,
+                }
+                for a in self._allocators
+            ]

@@ -37,7 +37,6 @@ from agent.infra.health import Probe
 from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
 from agent.lifecycle.pods import PodManager
-from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import ReconcileReport, reconcile
 from agent.linux import hostnat, rcu
 from agent.model.errors import CniError, Degraded, NotReady, TryAgainLater
@@ -46,7 +45,7 @@ from agent.state.id_guard import BindingGuard
 from agent.state.journal import DeleteJournal
 from agent.state.node_ids import NodeIdentity
 from agent.state.store import Store
-from ipam import NodeNetworks, node_networks
+from ipam import NodeAllocator, NodeNetworks, node_networks
 from protos import cni_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -139,7 +138,7 @@ class Agent:
             hostnat.apply(nat_plan(cfg))
         except hostnat.NftError as exc:
             raise StartupError(f"cannot set up NAT (NatExternalTraffic): {exc}") from exc
-        pools = Pools(self.networks)
+        pools = NodeAllocator(self.networks)
         journal = DeleteJournal(os.path.join(cfg.state_dir, "pending-deletes"))
         node_ip = self.cluster.local.node_ip if self.cluster else cfg.node_ip
         self.kube = KubeSide.build(cfg, self.networks, node_ip, self.dataplane,

@@ -7,15 +7,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agent.infra.health import PROBE_INTERVAL
-from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import ReconcileReport
 from agent.state.journal import DeleteJournal
+from ipam import NodeAllocator
 
 if TYPE_CHECKING:  # annotations only: agent.py imports this module
     from agent.app.agent import Agent
 
 
-def register_gauges(agent: Agent, pools: Pools, journal: DeleteJournal) -> None:
+def register_gauges(agent: Agent, pools: NodeAllocator, journal: DeleteJournal) -> None:
     """The scrape-time gauges (docs/metrics.md)."""
     m = agent.metrics
     # Every pod holds one address of the first family, so the pool's use counts the pods.
@@ -64,7 +64,9 @@ def mesh_counts(agent: Agent) -> list[tuple[tuple[str], float]]:
     return [((state,), float(n)) for state, n in sorted(counts.items())]
 
 
-def _pool_reader(pools: Pools, key: str) -> Callable[[], list[tuple[tuple[str, str], float]]]:
+def _pool_reader(
+    pools: NodeAllocator, key: str
+) -> Callable[[], list[tuple[tuple[str, str], float]]]:
     def read() -> list[tuple[tuple[str, str], float]]:
         out = []
         for pool in pools.usage():

@@ -26,9 +26,10 @@ from agent.dataplane import UndoStack
 from agent.infra import failpoints, logs
 from agent.lifecycle.parts import Parts
 from agent.linux.netns import PodNetns, using
-from agent.model.errors import CniError, InternalError, TryAgainLater
+from agent.model.errors import CniError, InternalError, IPAMFailure, TryAgainLater
 from agent.model.pod import IPInterface, PodKey, PodRecord, Wiring
 from agent.model.request import CniRequest
+from ipam import Exhausted
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,7 +40,7 @@ def add_steps(m: Parts, req: CniRequest, netns: PodNetns) -> PodRecord:
     req.netns); on failure, undoes what was done."""
     undo = UndoStack()
     try:
-        addresses = _phase(m, "allocate", m.pools.allocate)
+        addresses = _phase(m, "allocate", lambda: _allocate(m))
         sent: list[PodRecord] = []  # the record, once its write is sent
         undo.push("release", lambda: _unwrite(m, req.key, addresses, sent))
         record = PodRecord(
@@ -102,6 +103,13 @@ def _unwrite(
             log.warning("ADD %s failed and etcd did not answer its undo: journaled", key)
             return
     m.pools.release(addresses)
+
+def _allocate(m: Parts) -> list[IPInterface]:
+    try:
+        return m.pools.allocate()
+    except Exhausted as exc:
+        raise IPAMFailure("no free pod address on this node", str(exc)) from exc
+
 
 def _phase(m: Parts, name: str, step: Callable[[], T]) -> T:
     start = time.perf_counter()

@@ -18,11 +18,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from agent.dataplane import Dataplane
 from agent.infra.metrics import Metrics
-from agent.lifecycle.pools import Pools
 from agent.linux.netns import PodNetns
 from agent.model.pod import PodKey, PodNetwork, PodRecord
 from agent.state.journal import DeleteJournal
 from agent.state.local_records import KnownRecords
+from ipam import NodeAllocator
 
 
 class PodStore(Protocol):
@@ -104,7 +104,7 @@ class Parts:
     node_id: int
     store: PodStore
     dataplane: Dataplane
-    pools: Pools
+    pools: NodeAllocator
     mtu: int
     metrics: Metrics
     pod_side: PodSide

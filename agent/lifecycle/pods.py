@@ -3,7 +3,7 @@
 ADD is a sequence of steps (agent/lifecycle/add_steps), each pushing its inverse on an undo stack;
 when a step fails the stack unwinds, so a failed ADD leaves no interface, route, address or record:
 
-    1. allocate     addresses from the node pools      (undo: return them)
+    1. allocate     addresses (ipam's NodeAllocator)   (undo: return them)
     2. record       record + allocation keys in etcd   (undo: delete both, one transaction;
                     etcd not answering: journaled like a DEL, addresses kept until settled)
     3. wire         dataplane host side + pod interface (undo: the driver's own steps)
@@ -40,7 +40,6 @@ from agent.lifecycle.add_steps import add_steps, netns_matches
 from agent.lifecycle.checks import CheckFailed as CheckFailed
 from agent.lifecycle.checks import Checks
 from agent.lifecycle.parts import KeyedLocks, Part, Parts, PodSide, PodStore, PolicyHook
-from agent.lifecycle.pools import Pools
 from agent.linux import pod_netns
 from agent.linux.netns import PodNetns
 from agent.model.errors import CniError, TryAgainLater
@@ -48,6 +47,7 @@ from agent.model.pod import PodKey, PodNetwork, PodRecord, Wiring
 from agent.model.request import CniRequest
 from agent.state.journal import DeleteJournal, JournalUnwritable
 from agent.state.local_records import KnownRecords
+from ipam import NodeAllocator
 
 log = logging.getLogger(__name__)
 _STALE_ROUNDS = 20  # each lost round means another request replaced one of the pod's sandboxes
@@ -65,7 +65,7 @@ class PodManager:
     node_id: Part[int] = Part()
     store: Part[PodStore] = Part()
     dataplane: Part[Dataplane] = Part()
-    pools: Part[Pools] = Part()
+    pools: Part[NodeAllocator] = Part()
     mtu: Part[int] = Part()
     metrics: Part[Metrics] = Part()
     pod_side: Part[PodSide] = Part()
@@ -78,7 +78,7 @@ class PodManager:
         node_id: int,
         store: PodStore,
         dataplane: Dataplane,
-        pools: Pools,
+        pools: NodeAllocator,
         mtu: int,
         metrics: Metrics | None = None,
         pod_side: PodSide = pod_netns,

@@ -17,11 +17,10 @@ from pathlib import Path
 
 from agent.dataplane.kernel import KernelDataplane
 from agent.lifecycle.pods import PodManager
-from agent.lifecycle.pools import Pools
 from agent.model.request import CniRequest
 from agent.state.journal import DeleteJournal
 from agent.state.store import Store
-from ipam import IPAMConfig, node_networks
+from ipam import IPAMConfig, NodeAllocator, node_networks
 
 
 @contextmanager
@@ -42,7 +41,7 @@ def managers(
         dataplane = KernelDataplane(gateways, 1400, gw_ifname, host_prefix, reap_delay)
         dataplane.start()
         journal = DeleteJournal(state_dir / "pending-deletes")
-        return PodManager(1, store, dataplane, Pools(networks), 1400, journal=journal)
+        return PodManager(1, store, dataplane, NodeAllocator(networks), 1400, journal=journal)
 
     try:
         yield make

@@ -22,12 +22,11 @@ import pytest
 from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
 from agent.lifecycle.pods import PodManager
-from agent.lifecycle.pools import Pools
 from agent.linux import pod_netns
 from agent.model.errors import CniError, DataplaneFailure
 from agent.model.request import CniRequest
 from agent.state.store import Store
-from ipam import IPAMConfig, node_networks
+from ipam import IPAMConfig, NodeAllocator, node_networks
 
 SUBNET = "10.235.0.0/16"
 
@@ -68,7 +67,7 @@ def parts(etcd_endpoints: list[str]) -> Iterator[dict[str, Any]]:
     dataplane = KernelDataplane(gateways, 1400, gw_ifname)
     dataplane.start()
     try:
-        yield {"store": store, "dataplane": dataplane, "pools": Pools(networks)}
+        yield {"store": store, "dataplane": dataplane, "pools": NodeAllocator(networks)}
     finally:
         store.close()
         subprocess.run(["ip", "link", "del", gw_ifname], capture_output=True, check=False)

@@ -1,9 +1,11 @@
-"""PodAllocator properties.
+"""PodAllocator and NodeAllocator properties.
 
 Test plan: no address is handed out twice; the reserved ones (network, gateway, last usable,
 broadcast) never are; exhaustion comes exactly at capacity with a message naming the subnet;
 release + allocate round trips; a just-released address is not reused at once; an IPv6 /64 and a
-/16 cost no enumeration; reserve rebuilds the state and refuses reserved addresses.
+/16 cost no enumeration; reserve rebuilds the state and refuses reserved addresses. NodeAllocator:
+a pod gets one address per family or none (a full family leaves the other untouched); reserve
+sorts recorded addresses into its own and foreign ones.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipam import Exhausted, IPAddress, PodAllocator
+from ipam import Exhausted, IPAddress, IPAMConfig, NodeAllocator, PodAllocator, node_networks
 
 
 def _reserved(subnet: ipaddress.IPv4Network | ipaddress.IPv6Network) -> set[object]:
@@ -110,3 +112,60 @@ def test_reserve_refuses_reserved_and_foreign_addresses() -> None:
     alloc.reserve("10.1.7.9")  # idempotent
     assert alloc.in_use == 1 and alloc.is_used("10.1.7.9")
     assert alloc.allocate() == ipaddress.IPv4Address("10.1.7.10")
+
+
+# ---- NodeAllocator: one address per family, all or none --------------------------------------
+
+def _dual(v4_prefix: int, v6_prefix: int) -> NodeAllocator:
+    """A dual-stack node (ID 1) whose pod subnets are a /v4_prefix and a /v6_prefix."""
+    cfg, _ = IPAMConfig.from_mapping({
+        "PodSubnetCIDR": "10.1.0.0/16", "PodNetworkPrefixLen": v4_prefix,
+        "PodSubnetV6CIDR": "fd00:10::/96", "PodNetworkV6PrefixLen": v6_prefix})
+    return NodeAllocator(node_networks(cfg, 1))
+
+
+@settings(max_examples=60)
+@given(st.integers(min_value=26, max_value=29), st.integers(min_value=122, max_value=125),
+       st.lists(st.booleans(), max_size=120))
+def test_node_allocator_gives_one_address_per_family_or_none(
+        v4_prefix: int, v6_prefix: int, ops: list[bool]) -> None:
+    nodes = _dual(v4_prefix, v6_prefix)
+    capacity = min(u["capacity"] for u in nodes.usage())  # type: ignore[type-var]
+    held: list[list[str]] = []
+    for allocate in ops:
+        if allocate:
+            try:
+                got = nodes.allocate()
+            except Exhausted as exc:
+                assert len(held) == capacity  # only the smaller family's end stops it
+                assert "is exhausted" in str(exc)
+            else:
+                assert [a.version for a in got] == [4, 6]
+                assert all(a.network.prefixlen == a.max_prefixlen for a in got)
+                held.append([str(a) for a in got])
+        elif held:
+            nodes.release(held.pop(0))
+        in_use = [u["inUse"] for u in nodes.usage()]
+        assert in_use == [len(held), len(held)]  # a failed allocate left no half behind
+    flat = [a for pair in held for a in pair]
+    assert len(set(flat)) == len(flat)
+    assert nodes.exhausted() == (len(held) == capacity)
+    while len(held) < capacity:  # then fill the node: the smaller family ends it
+        held.append([str(a) for a in nodes.allocate()])
+    with pytest.raises(Exhausted):
+        nodes.allocate()
+    assert [u["inUse"] for u in nodes.usage()] == [capacity, capacity]
+
+
+def test_node_allocator_reserves_its_own_and_reports_the_foreign() -> None:
+    nodes = _dual(28, 124)
+    v4, v6 = (str(u["subnet"]) for u in nodes.usage())
+    ours = [f"{ipaddress.ip_network(v4)[5]}/32", f"{ipaddress.ip_network(v6)[5]}/128"]
+    foreign = ["10.99.0.5/32", "fd00:99::5/128"]
+    assert nodes.reserve(ours + foreign) == foreign
+    assert [u["inUse"] for u in nodes.usage()] == [1, 1]
+    assert all(nodes.owns(a) for a in ours) and not any(nodes.owns(a) for a in foreign)
+    got = nodes.allocate()
+    assert not {str(a) for a in got} & set(ours)
+    nodes.release(ours + foreign)  # the foreign ones are no error
+    assert [u["inUse"] for u in nodes.usage()] == [1, 1]

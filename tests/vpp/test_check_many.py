@@ -13,11 +13,10 @@ from collections.abc import Callable
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, names
 from agent.lifecycle.pods import PodManager
-from agent.lifecycle.pools import Pools
 from agent.linux import pod_netns
 from agent.model.errors import TryAgainLater
 from agent.model.request import CniRequest
-from ipam import IPAMConfig, node_networks
+from ipam import IPAMConfig, NodeAllocator, node_networks
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
 from tests.helpers.memstore import MemoryStore
@@ -50,7 +49,7 @@ def test_vpp_away_gives_each_pod_its_own_error(
 ) -> None:
     dp = driver_factory(use_tap=False)
     dp.start()
-    pods = PodManager(1, MemoryStore(), dp, Pools(node_networks(IPAMConfig(), 1)), 1450,
+    pods = PodManager(1, MemoryStore(), dp, NodeAllocator(node_networks(IPAMConfig(), 1)), 1450,
                       pod_side=pod_netns)
     records = [pods.add(CniRequest("ADD", "1.0.0", c * 64, "eth0", ns, {}))
                for c, ns in (("e", pod_ns), ("f", pod_ns2))]

@@ -15,12 +15,11 @@ from collections.abc import Callable
 from agent.dataplane import UndoStack
 from agent.dataplane.vpp import VppDataplane, names
 from agent.lifecycle.pods import PodManager
-from agent.lifecycle.pools import Pools
 from agent.lifecycle.reconcile import reconcile
 from agent.linux import iproute, pod_netns
 from agent.model.pod import PodRecord
 from agent.model.request import CniRequest
-from ipam import IPAMConfig, node_networks
+from ipam import IPAMConfig, NodeAllocator, node_networks
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
 from tests.helpers.memstore import MemoryStore
@@ -30,7 +29,7 @@ CONTAINER = "a" * 64  # a real runtime's container ID length
 
 def manager(store: MemoryStore, dp: VppDataplane) -> PodManager:
     networks = node_networks(IPAMConfig(), 1)
-    return PodManager(1, store, dp, Pools(networks), 1450, pod_side=pod_netns)
+    return PodManager(1, store, dp, NodeAllocator(networks), 1450, pod_side=pod_netns)
 
 
 def test_reconcile_keeps_live_pods_and_removes_orphans(
