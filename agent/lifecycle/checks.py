@@ -2,7 +2,7 @@
 batched check of reconcile, repair (reconcile, and after the vswitch restarted), and writing
 back the records etcd lost.
 
-Every entry takes the attachment's lock (agent/lifecycle/parts.KeyedLocks) and reads etcd for
+Every entry takes the attachment's lock (agent/lifecycle/pods.KeyedLocks) and reads etcd for
 the record: it never judges half an ADD or DEL. Nothing here answers a CNI verb by itself;
 PodManager (agent/lifecycle/pods) delegates.
 """

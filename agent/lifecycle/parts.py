@@ -1,20 +1,16 @@
 """The parts the lifecycle works with, built once by PodManager and passed down as they are: the
 ADD steps, the checks and repairs get this, never the manager (no step calls back into it).
 
-One part is the lifecycle's own, `KeyedLocks`: per-pod serialization, requests for one attachment
-run one at a time, others in parallel. The kubelet serializes operations per pod and runs
-different pods in parallel; the agent does the same, so no node-wide lock exists anywhere. Locks
-are created on demand and dropped when no request holds or waits for them, so the table never
-grows with pod churn.
+Each part is named by a protocol here and built elsewhere: the store in agent/state, the pod side
+in agent/linux, the per-attachment locks in agent/lifecycle/pods (the manager's own).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
 from agent.dataplane import Dataplane
 from agent.infra.metrics import Metrics
@@ -56,45 +52,10 @@ class PolicyHook(Protocol):
     def release(self, key: PodKey) -> None: ...
 
 
-class KeyedLocks:
-    """A lock per key, reference counted."""
+class Locks(Protocol):
+    """The per-attachment locks (agent/lifecycle/pods.KeyedLocks in production)."""
 
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[Hashable, tuple[threading.Lock, int]] = {}
-
-    @contextmanager
-    def hold(self, *keys: Hashable) -> Iterator[None]:
-        """Holds the locks of all `keys`, taken in a fixed order so two holders cannot deadlock."""
-        ordered = sorted(set(keys), key=repr)
-        taken: list[Hashable] = []
-        try:
-            for key in ordered:
-                self._acquire(key)
-                taken.append(key)
-            yield
-        finally:
-            for key in reversed(taken):
-                self._release(key)
-
-    def _acquire(self, key: Hashable) -> None:
-        with self._guard:
-            lock, users = self._locks.get(key, (threading.Lock(), 0))
-            self._locks[key] = (lock, users + 1)
-        lock.acquire()
-
-    def _release(self, key: Hashable) -> None:
-        with self._guard:
-            lock, users = self._locks[key]
-            lock.release()
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-    def __len__(self) -> int:
-        with self._guard:
-            return len(self._locks)
+    def hold(self, *keys: Hashable) -> AbstractContextManager[None]: ...
 
 
 @dataclass
@@ -110,23 +71,5 @@ class Parts:
     pod_side: PodSide
     journal: DeleteJournal | None
     known: KnownRecords
-    locks: KeyedLocks
+    locks: Locks
     policy: PolicyHook | None = None  # None: NetworkPolicy off (no Kubernetes API)
-
-
-T = TypeVar("T")
-
-
-class Part(Generic[T]):
-    """An attribute of the manager that is one of its parts, read and written through `parts`
-    (one place holds each part: a test may swap the store of a live manager)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> T:
-        value: T = getattr(obj.parts, self.name)
-        return value
-
-    def __set__(self, obj: Any, value: T) -> None:
-        setattr(obj.parts, self.name, value)

@@ -13,7 +13,7 @@ when a step fails the stack unwinds, so a failed ADD leaves no interface, route,
 
 A record in state "adding" therefore means an ADD that never answered success; reconcile
 treats it as garbage. Requests for one (container ID, ifname) run one at a time; different pods
-run in parallel (agent/lifecycle/parts.KeyedLocks).
+run in parallel (KeyedLocks, below).
 
 The manager also keeps a copy of the node's records (agent/state/local_records: loaded at
 reconcile, updated by every ADD and DEL, this agent being their only writer, mirrored on the
@@ -27,30 +27,92 @@ the checks get the manager's parts (agent/lifecycle/parts), never the manager it
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from agent.dataplane import Dataplane
-from agent.infra import failpoints
 from agent.infra.loops import SupervisedLoop
 from agent.infra.metrics import Metrics
+from agent.lifecycle import del_steps
 from agent.lifecycle.add_steps import add_steps, netns_matches
 from agent.lifecycle.checks import CheckFailed as CheckFailed
 from agent.lifecycle.checks import Checks
-from agent.lifecycle.parts import KeyedLocks, Part, Parts, PodSide, PodStore, PolicyHook
+from agent.lifecycle.parts import Parts, PodSide, PodStore, PolicyHook
 from agent.linux import pod_netns
 from agent.linux.netns import PodNetns
 from agent.model.errors import CniError, TryAgainLater
-from agent.model.pod import PodKey, PodNetwork, PodRecord, Wiring
+from agent.model.pod import PodKey, PodRecord
 from agent.model.request import CniRequest
-from agent.state.journal import DeleteJournal, JournalUnwritable
+from agent.state.journal import DeleteJournal
 from agent.state.local_records import KnownRecords
 from ipam import NodeAllocator
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _STALE_ROUNDS = 20  # each lost round means another request replaced one of the pod's sandboxes
+
+
+class KeyedLocks:
+    """Per-attachment serialization: requests for one attachment run one at a time, others in
+    parallel, as the kubelet serializes operations per pod and runs different pods in parallel;
+    no node-wide lock exists anywhere. A lock per key, reference counted: created on demand and
+    dropped when no request holds or waits for it, so the table never grows with pod churn."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[Hashable, tuple[threading.Lock, int]] = {}
+
+    @contextmanager
+    def hold(self, *keys: Hashable) -> Iterator[None]:
+        """Holds the locks of all `keys`, taken in a fixed order so two holders cannot deadlock."""
+        ordered = sorted(set(keys), key=repr)
+        taken: list[Hashable] = []
+        try:
+            for key in ordered:
+                self._acquire(key)
+                taken.append(key)
+            yield
+        finally:
+            for key in reversed(taken):
+                self._release(key)
+
+    def _acquire(self, key: Hashable) -> None:
+        with self._guard:
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        lock.acquire()
+
+    def _release(self, key: Hashable) -> None:
+        with self._guard:
+            lock, users = self._locks[key]
+            lock.release()
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._locks)
+
+
+class Part(Generic[T]):
+    """An attribute of the manager that is one of its parts, read and written through `parts`
+    (one place holds each part: a test may swap the store of a live manager)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> T:
+        value: T = getattr(obj.parts, self.name)
+        return value
+
+    def __set__(self, obj: Any, value: T) -> None:
+        setattr(obj.parts, self.name, value)
 
 
 @dataclass(frozen=True)
@@ -145,7 +207,7 @@ class PodManager:
         if self.journal is not None and self.journal.has(req.key):
             # An older DEL of this key (maybe journaled by the plugin a moment ago) still
             # owes its teardown and release: settled now, or it would undo this ADD later.
-            self._drain_key(req.key)
+            del_steps.drain_key(self.parts, req.key)
         existing = self.store.get_pod(self.node_id, req.key)
         if existing is not None:
             same = existing.netns == req.netns and netns_matches(existing, netns)
@@ -203,77 +265,30 @@ class PodManager:
                 # The attachment's DEL (or a failed ADD's undo) is journaled already: settling
                 # it is this DEL. Doing the DEL besides would release the addresses twice.
                 try:
-                    self._drain_key(req.key)
+                    del_steps.drain_key(self.parts, req.key)
                 except TryAgainLater as exc:
                     entry = self.journal.get(req.key)
-                    if entry is not None and not entry.detached:
-                        self._delete_offline(req, exc)  # the plugin's entry: tear it down now
+                    if entry is not None and not entry.detached:  # the plugin's: tear down now
+                        del_steps.delete_offline(self.parts, req.key, req.netns, exc)
                 return
             try:
                 record = self.store.get_pod(self.node_id, req.key)
             except TryAgainLater as exc:
                 if self.journal is None:
                     raise
-                self._delete_offline(req, exc)
+                del_steps.delete_offline(self.parts, req.key, req.netns, exc)
                 return
             if record is None:
                 # Nothing recorded; still remove what a crashed ADD may have left (the drivers
                 # find a pod's objects by names derived from its key, or by its tag).
-                self._detach(req.key, req.netns, None)
+                del_steps.detach(self.parts, req.key, req.netns, None)
                 self._forget(req.key)
                 return
             self.teardown(record, journal_if_unreachable=True)
 
     def teardown(self, record: PodRecord, journal_if_unreachable: bool = False) -> None:
-        self._detach(record.key, record.netns, record)
-        failpoints.hit("del:detach")
-        try:
-            self.store.delete_pod(self.node_id, record.key, known=record)
-        except TryAgainLater as exc:
-            if not (journal_if_unreachable and self.journal is not None):
-                raise
-            self._journal(record.key, record, exc)
-            return
-        self._forget(record.key)
-        failpoints.hit("del:delete")
-        self.pools.release(record.addresses)
-        failpoints.hit("del:release")
-
-    def _delete_offline(self, req: CniRequest, unreachable: TryAgainLater) -> None:
-        record = self.known.get(req.key)
-        self._detach(req.key, req.netns, record)
-        failpoints.hit("del:detach")
-        self._journal(req.key, record, unreachable)
-
-    def _detach(self, key: PodKey, netns: str, record: PodRecord | None) -> None:
-        """The dataplane half of a DEL: from the record when there is one, else from the key
-        alone (the drivers derive names and tags from it)."""
-        if record is None:
-            self.dataplane.detach(PodNetwork(key, netns, (), (), self.mtu), None)
-        else:
-            wiring = Wiring(**record.wiring) if record.wiring else None
-            self.dataplane.detach(record.network(), wiring)
-        if self.parts.policy is not None:  # after the pod is cut off, before its IPs go back
-            self.parts.policy.release(key)
-
-    def _journal(self, key: PodKey, record: PodRecord | None,
-                 unreachable: TryAgainLater) -> None:
-        """Journals the release of a detached attachment while etcd is unreachable. When the
-        journal cannot be written either (StateDir full or read-only), the DEL fails with 11:
-        the record stays known and the addresses reserved, and the runtime's retry of the DEL
-        (idempotent: the dataplane is already torn down) finishes it."""
-        assert self.journal is not None
-        try:
-            self.journal.add(key, record)
-        except JournalUnwritable as exc:
-            raise TryAgainLater(
-                f"DEL of {key} cannot finish now: etcd is unreachable and the StateDir cannot "
-                "journal the release (full or read-only); the pod is torn down, its addresses "
-                "stay reserved until a retried DEL settles them",
-                f"etcd: {unreachable}; {exc}",
-            ) from exc
-        self._forget(key)
-        log.warning("etcd unreachable: DEL of %s journaled; released once etcd answers", key)
+        """Detaches, deletes and releases a recorded pod (the attachment's lock held)."""
+        del_steps.teardown(self.parts, record, journal_if_unreachable)
 
     # ---- the DEL journal -------------------------------------------------------------------
 
@@ -285,31 +300,12 @@ class PodManager:
         for entry in self.journal.pending():
             with self.locks.hold(entry.key):
                 try:
-                    self._drain_key(entry.key)
+                    del_steps.drain_key(self.parts, entry.key)
                 except TryAgainLater:
                     break
                 except CniError as exc:
                     log.error("journaled DEL of %s cannot be settled: %s", entry.key, exc)
         return len(self.journal)
-
-    def _drain_key(self, key: PodKey) -> None:
-        """Settles one journaled DEL (lock held): the dataplane if the plugin journaled it,
-        then the record and its allocation keys, then the addresses go back to the pools."""
-        assert self.journal is not None
-        entry = self.journal.get(key)
-        if entry is None:
-            return
-        known = entry.record
-        if not entry.detached:
-            known = self.store.get_pod(self.node_id, key) or known
-            self._detach(key, entry.netns, known)
-        deleted = self.store.delete_pod(self.node_id, key, known=known)
-        gone = deleted or known
-        if gone is not None:
-            self.pools.release(gone.addresses)
-        self._forget(key)
-        self.journal.remove(key)
-        log.info("journaled DEL of %s settled", key)
 
     def start_drainer(self, interval: float = 1.0) -> None:
         """A supervised loop that settles journaled DELs while etcd comes back, and puts right

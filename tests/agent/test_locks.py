@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from agent.lifecycle.parts import KeyedLocks
+from agent.lifecycle.pods import KeyedLocks
 
 
 def test_same_key_is_serialized() -> None:
