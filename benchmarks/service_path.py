@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane
 from agent.dataplane.vpp.cnat import VppServices
 from agent.linux import hostnat, pod_netns

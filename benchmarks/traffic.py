@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane
 from agent.dataplane.vpp.afpacket import RingOptions
 from agent.linux import pod_netns

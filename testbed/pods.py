@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
+from agent.dataplane.undo import UndoStack
 from agent.linux import pod_netns
 from agent.model.pod import PodKey, PodNetwork, Wiring
 from testbed.netns import run_in, unique

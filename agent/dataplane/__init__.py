@@ -3,42 +3,20 @@
 A driver owns the host side of a pod's wiring (veth/TAP, the vswitch's interface, routes and
 neighbors towards the pod) and creates the pod's interface inside the pod network namespace under
 the name the runtime asked for. The pod side's addresses and routes are then set by
-agent/linux/pod_netns,
-which is the same for every driver. Every step a driver completes is pushed on the `UndoStack` it
-is given, so a later failure in the ADD removes it again.
+agent/linux/pod_netns, which is the same for every driver. Every step a driver completes is pushed
+on the `UndoStack` it is given, so a later failure in the ADD removes it again; what a DEL retires
+a driver may leave to a `LinkReaper` (both in agent/dataplane/undo). This module is the contract
+only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
+from agent.dataplane.undo import UndoStack
 from agent.linux.netns import PodNetns
 from agent.model.pod import PodKey, PodNetwork, Wiring
-
-
-class UndoStack:
-    """Completed steps' inverses, run newest first when an ADD fails."""
-
-    def __init__(self) -> None:
-        self._steps: list[tuple[str, Callable[[], object]]] = []
-
-    def push(self, what: str, undo: Callable[[], object]) -> None:
-        self._steps.append((what, undo))
-
-    def unwind(self) -> list[str]:
-        """Runs every undo step; returns the descriptions of those that failed."""
-        failed: list[str] = []
-        while self._steps:
-            what, undo = self._steps.pop()
-            try:
-                undo()
-            except Exception as exc:  # keep unwinding, report at the end
-                failed.append(f"{what}: {exc}")
-        return failed
-
-    def __len__(self) -> int:
-        return len(self._steps)
 
 
 class Dataplane(Protocol):

@@ -15,7 +15,7 @@ An ADD's pod namespace comes opened and checked (agent/linux/netns.PodNetns): th
 in it by its fd.
 
 DEL disables the host end (down: its routes go, the pod end loses its carrier) and leaves the
-slow delete of the pair to a background worker (agent/dataplane/reaper); an ADD first settles a
+slow delete of the pair to a background worker (agent/dataplane/undo); an ADD first settles a
 pending delete of its host name or of a link in its namespace, so it never meets a dying link.
 
 Thread-safety: no state is shared between pods but the reaper's queue; every call opens its own
@@ -29,8 +29,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Sequence
 
-from agent.dataplane import UndoStack
-from agent.dataplane.reaper import LinkReaper
+from agent.dataplane.undo import LinkReaper, UndoStack
 from agent.linux import netlink, nlread, nlwrite
 from agent.linux.netns import PodNetns, using
 from agent.linux.nlcodec import RT_SCOPE_LINK

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TypeVar
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.infra import failpoints, logs
 from agent.lifecycle.parts import Parts
 from agent.linux.netns import PodNetns, using

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.lifecycle.add_steps import netns_matches
 from agent.lifecycle.parts import Parts
 from agent.model.errors import CniError, TryAgainLater, UnknownContainer

@@ -113,7 +113,7 @@ def using(path: str, held: PodNetns | None) -> Iterator[PodNetns]:
 
 def enter_netns(fd: int) -> None:
     """Moves the calling thread into the network namespace `fd` (for a thread of our own that
-    must work where another one does; see agent/dataplane/reaper)."""
+    must work where another one does; see agent/dataplane/undo)."""
     _setns(fd)
 
 

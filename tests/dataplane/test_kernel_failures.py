@@ -13,8 +13,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
+from agent.dataplane.undo import UndoStack
 from agent.linux import pod_netns
 from agent.model.errors import InternalError, InvalidConfig, InvalidEnvironment, PodSideFailure
 from testbed.netns import NodeExecutor, named_netns, ping, run_in, unique

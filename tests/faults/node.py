@@ -126,7 +126,7 @@ def pod_has_interface(pod: Pod) -> bool:
 
 def pod_interface_works(pod: Pod) -> bool:
     """The pod's interface exists and has its carrier (operstate UP): it can carry traffic.
-    A DEL's veth goes down at once and is deleted in the background (agent/dataplane/reaper):
+    A DEL's veth goes down at once and is deleted in the background (agent/dataplane/undo):
     until then the pod end is still there, without carrier."""
     out = subprocess.run(
         ["ip", "-j", "-n", pod.netns.rsplit("/", 1)[1], "link", "show", pod.ifname],

@@ -71,7 +71,7 @@ def host_link(pods: PodManager, container_id: str) -> str:
 
 def link_live(name: str) -> bool:
     """A link `name` exists and is up. A DEL's host end goes down at once and is deleted in the
-    background (agent/dataplane/reaper): it may still exist a moment, down and unrouted."""
+    background (agent/dataplane/undo): it may still exist a moment, down and unrouted."""
     out = subprocess.run(["ip", "-o", "link", "show", name], capture_output=True, text=True)
     flags = out.stdout.partition("<")[2].partition(">")[0].split(",")
     return out.returncode == 0 and "UP" in flags

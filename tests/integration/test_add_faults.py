@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from agent.dataplane import UndoStack
 from agent.dataplane.kernel import KernelDataplane
+from agent.dataplane.undo import UndoStack
 from agent.lifecycle.pods import PodManager
 from agent.linux import pod_netns
 from agent.model.errors import CniError, DataplaneFailure
@@ -84,7 +84,7 @@ def assert_no_trace(parts: dict[str, Any], req: CniRequest, netns: str, free_bef
     store: Store = parts["store"]
     host_ifname = "vsw" + req.key.digest()
     # A torn-down link is down and unrouted at once; the kernel dataplane deletes it in the
-    # background (agent/dataplane/reaper): look once its pending deletes are done.
+    # background (agent/dataplane/undo): look once its pending deletes are done.
     parts["dataplane"].close()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert host_ifname not in links

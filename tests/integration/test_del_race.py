@@ -1,7 +1,7 @@
 """A DEL answers before the kernel has deleted its veth: what it frees never meets the dying link.
 
 The kernel dataplane's DEL sets the host end down (its routes go, the pod end loses its carrier)
-and leaves the delete of the pair to a background worker (agent/dataplane/reaper). Here the worker
+and leaves the delete of the pair to a background worker (agent/dataplane/undo). Here the worker
 holds every retired link for a minute, so each ADD below surely meets a pending delete.
 
 Plan (an in-process PodManager on real etcd, the kernel dataplane in this machine's namespace,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppDataplane, cnat_node, names
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.cnat import VppServices, decode

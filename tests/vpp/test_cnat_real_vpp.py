@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane
 from agent.dataplane.vpp.acl import PodAcl, VppPolicy
 from agent.dataplane.vpp.cnat import VppServices

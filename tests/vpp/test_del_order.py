@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppDataplane, afpacket, names
 from agent.linux import netlink, nlcodec
 from agent.model.errors import DataplaneFailure, TryAgainLater

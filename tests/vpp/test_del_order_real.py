@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane, afpacket, interfaces, ip, names, neighbors
 from agent.linux import netlink
 from agent.model.errors import TryAgainLater

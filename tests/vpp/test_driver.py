@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppDataplane, ip, names
 from agent.linux import iproute, netlink
 from agent.model.errors import DataplaneFailure, TryAgainLater

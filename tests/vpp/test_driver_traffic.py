@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane, afpacket, base, names
 from agent.linux import iproute, netlink
 from agent.model.errors import DataplaneFailure, InvalidConfig

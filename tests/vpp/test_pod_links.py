@@ -19,7 +19,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppDataplane, afpacket, names
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.linux import netlink

@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppDataplane, afpacket, names
 from agent.dataplane.vpp.podpool import PodPool
 from agent.linux import ethtool, netlink

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane, interfaces, ip, names, neighbors
 from agent.linux import hostnat, pod_netns
 from agent.model.errors import DataplaneFailure

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppDataplane, names
 from agent.lifecycle.pods import PodManager
 from agent.lifecycle.reconcile import reconcile

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pytest
 
 from agent.app.config import parse
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppConfig, VppDataplane, afpacket
 from agent.linux import netlink, pod_netns
 from agent.model.errors import InvalidConfig

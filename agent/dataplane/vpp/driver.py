@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import (
     afpacket,
     base,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.linux.netns import PodNetns
 from agent.model.pod import PodNetwork, Wiring
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from agent.dataplane import UndoStack
+from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import interfaces, names, tap
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.modes import Port

@@ -30,8 +30,7 @@ from __future__ import annotations
 import errno
 import os
 
-from agent.dataplane import UndoStack
-from agent.dataplane.reaper import LinkReaper
+from agent.dataplane.undo import LinkReaper, UndoStack
 from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.modes import Port

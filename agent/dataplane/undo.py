@@ -1,4 +1,11 @@
-"""Deletes retired host links in the background, so that a DEL need not wait for the kernel.
+"""Undoing what a driver built: at once on a failed ADD (`UndoStack`), or in the background after a
+DEL (`LinkReaper`).
+
+`UndoStack`: every step a driver (or the ADD's lifecycle) completes pushes its inverse; a later
+failure runs them newest first, and a failed ADD leaves nothing behind.
+
+`LinkReaper` deletes retired host links in the background, so that a DEL need not wait for the
+kernel.
 
 Deleting a veth is synchronous in the kernel and slow (about 20 ms: the unregister waits for
 RCU grace periods), while setting its host end down takes well under a millisecond and already
@@ -38,6 +45,32 @@ from agent.linux.netns import enter_netns
 from agent.model.errors import CniError
 
 log = logging.getLogger(__name__)
+
+
+class UndoStack:
+    """Completed steps' inverses, run newest first when an ADD fails."""
+
+    def __init__(self) -> None:
+        self._steps: list[tuple[str, Callable[[], object]]] = []
+
+    def push(self, what: str, undo: Callable[[], object]) -> None:
+        self._steps.append((what, undo))
+
+    def unwind(self) -> list[str]:
+        """Runs every undo step; returns the descriptions of those that failed."""
+        failed: list[str] = []
+        while self._steps:
+            what, undo = self._steps.pop()
+            try:
+                undo()
+            except Exception as exc:  # keep unwinding, report at the end
+                failed.append(f"{what}: {exc}")
+        return failed
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+
 _OWN_NS = "/proc/thread-self/ns/net"
 
 
