@@ -22,11 +22,12 @@ from agent import __version__
 from agent.infra import logs
 from agent.lifecycle.pods import PodManager
 from agent.model.errors import CniError, InternalError, InvalidConfig
-from agent.model.pod import PodKey, PodRecord
-from agent.model.request import (
+from agent.model.pod import (
     POD_ARG_LIMITS,
     SUPPORTED_VERSIONS,
     CniRequest,
+    PodKey,
+    PodRecord,
     cni_version,
     decode_config,
     parse,
@@ -181,7 +182,7 @@ class CniService(cni_pb2_grpc.RemoteCNIServicer):  # type: ignore[misc,unused-ig
 def _pod_field(request: cni_pb2.CNIRequest) -> str:
     """The `pod` field of the request's log lines, bound before the request is validated: cut
     to what a valid namespace/name can be, so that a 100 KB K8S_POD_NAME (refused by
-    agent/model/request) does not go into every line logged about it."""
+    agent/model/pod) does not go into every line logged about it."""
     pod = logs.pod_from_args(request.extra_arguments)
     return pod if len(pod) <= _POD_FIELD_MAX else pod[:_POD_FIELD_MAX] + "..."
 

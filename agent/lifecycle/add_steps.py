@@ -27,8 +27,7 @@ from agent.infra import failpoints, logs
 from agent.lifecycle.parts import Parts
 from agent.linux.netns import PodNetns, using
 from agent.model.errors import CniError, InternalError, IPAMFailure, TryAgainLater
-from agent.model.pod import IPInterface, PodKey, PodRecord, Wiring
-from agent.model.request import CniRequest
+from agent.model.pod import CniRequest, IPInterface, PodKey, PodRecord, Wiring
 from ipam import Exhausted
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,7 @@ from agent.dataplane.undo import UndoStack
 from agent.lifecycle.add_steps import netns_matches
 from agent.lifecycle.parts import Parts
 from agent.model.errors import CniError, TryAgainLater, UnknownContainer
-from agent.model.pod import PodKey, PodRecord, Wiring
-from agent.model.request import CniRequest
+from agent.model.pod import CniRequest, PodKey, PodRecord, Wiring
 
 log = logging.getLogger(__name__)
 

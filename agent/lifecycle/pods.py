@@ -45,8 +45,7 @@ from agent.lifecycle.parts import Parts, PodSide, PodStore, PolicyHook
 from agent.linux import pod_netns
 from agent.linux.netns import PodNetns
 from agent.model.errors import CniError, TryAgainLater
-from agent.model.pod import PodKey, PodRecord
-from agent.model.request import CniRequest
+from agent.model.pod import CniRequest, PodKey, PodRecord
 from agent.state.journal import DeleteJournal
 from agent.state.local_records import KnownRecords
 from ipam import NodeAllocator

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agent.api.grpc_server import valid_attachments
 from agent.model.errors import CniError
-from agent.model.request import parse
+from agent.model.pod import parse
 
 GOOD = {
     "version": "1.0.0",

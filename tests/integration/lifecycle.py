@@ -17,7 +17,7 @@ from pathlib import Path
 
 from agent.dataplane.kernel import KernelDataplane
 from agent.lifecycle.pods import PodManager
-from agent.model.request import CniRequest
+from agent.model.pod import CniRequest
 from agent.state.journal import DeleteJournal
 from agent.state.store import Store
 from ipam import IPAMConfig, NodeAllocator, node_networks

@@ -24,7 +24,7 @@ from agent.dataplane.undo import UndoStack
 from agent.lifecycle.pods import PodManager
 from agent.linux import pod_netns
 from agent.model.errors import CniError, DataplaneFailure
-from agent.model.request import CniRequest
+from agent.model.pod import CniRequest
 from agent.state.store import Store
 from ipam import IPAMConfig, NodeAllocator, node_networks
 

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from agent.model.errors import IncompatibleVersion
-from agent.model.request import parse
+from agent.model.pod import parse
 from protos import cni_pb2, cni_pb2_grpc
 from testbed.agent import AgentHandle, running_agent
 

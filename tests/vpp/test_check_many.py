@@ -15,7 +15,7 @@ from agent.dataplane.vpp import VppDataplane, names
 from agent.lifecycle.pods import PodManager
 from agent.linux import pod_netns
 from agent.model.errors import TryAgainLater
-from agent.model.request import CniRequest
+from agent.model.pod import CniRequest
 from ipam import IPAMConfig, NodeAllocator, node_networks
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP

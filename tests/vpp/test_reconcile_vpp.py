@@ -17,8 +17,7 @@ from agent.dataplane.vpp import VppDataplane, names
 from agent.lifecycle.pods import PodManager
 from agent.lifecycle.reconcile import reconcile
 from agent.linux import iproute, pod_netns
-from agent.model.pod import PodRecord
-from agent.model.request import CniRequest
+from agent.model.pod import CniRequest, PodRecord
 from ipam import IPAMConfig, NodeAllocator, node_networks
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import FakeVPP
