@@ -4,7 +4,9 @@
 Test plan: `benchmarks.add_path.measure` (as root: a node namespace, a real etcd, the kernel
 driver) traces one ADD: the modules it names include the request's way through the wings (the
 gRPC service, the pod manager, the kernel driver, the pod's netlink) and nothing of the tracer
-or the test; the pod's netns is opened exactly once; the section lists every project module
+or the test, and no more of the project's than 18 (a ratchet: 19 ran before the agent moved
+into wings, at d9f47b2; a new module on the ADD path has to earn its place by taking another
+off); the pod's netns is opened exactly once; the section lists every project module
 once under its wing and keeps its markers.
 """
 
@@ -16,6 +18,8 @@ import pytest
 
 from benchmarks import add_path
 
+ADD_PATH_MODULES = 18  # d9f47b2, before the wings: 19
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, links)")
 
 
@@ -26,6 +30,7 @@ def test_one_traced_add_names_its_modules_and_one_netns_open() -> None:
                    "agent.linux.pod_netns", "ipam.allocator"):
         assert module in ours
     assert not [m for m in ours + figures["others"] if m.startswith(("benchmarks", "tests"))]
+    assert len(ours) <= ADD_PATH_MODULES, ours
     assert figures["opened"] == 1 and figures["entered"] >= 1
     assert figures["runs"] == 2 and 0 < figures["min_ms"] <= figures["median_ms"]
     text = add_path.section(figures, "python3 -m benchmarks.add_path", ("1.0", "1.1"))
