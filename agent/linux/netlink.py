@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -114,6 +115,30 @@ def create_veth(
             delete_link(host_ifname)
             raise
     return index, mac
+
+
+def macvlan_supported() -> bool:
+    """Whether the kernel makes passthru macvlans (CONFIG_MACVLAN): a throwaway veth pair in the
+    calling thread's namespace gets one, and the pair takes it along when it goes. False only
+    when the kernel says it has no such kind of link (EOPNOTSUPP); any other refusal raises."""
+    token = secrets.token_hex(4)
+    host, peer, probe = (f"vswm{role}{token}" for role in "hpm")
+    with host_batch() as batch:
+        batch.add_veth(host, 1500, peer, None, None)
+        seq = batch.get_link(peer)
+        links = send(batch, f"creating veth {host} <-> {peer}")
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            batch.add_macvlan(probe, links[seq].index, own, 1500)
+            send(batch, f"creating macvlan {probe}")
+        except DataplaneFailure as exc:
+            if netlink_code(exc.__cause__ or exc) == errno.EOPNOTSUPP:
+                return False
+            raise
+        finally:
+            os.close(own)
+            delete_link(host)
+    return True
 
 
 def disable_link(ifname: str) -> bool:

@@ -6,7 +6,9 @@ namespace) and a taken CNI_IFNAME are InvalidEnvironment naming the variable and
 delete_link is idempotent; mac_from_key is a stable locally administered unicast MAC; pod_ns never
 creates a missing namespace; a namespace the request holds open is read through its fd (the same
 identity as by path, and still its own after the path names another namespace), and a held
-namespace is never used for another path.
+namespace is never used for another path. The macvlan probe says yes on this kernel and no
+where the kernel knows no such kind of link (asked for a kind it lacks: its EOPNOTSUPP), and
+leaves no link either way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 
 from agent.dataplane.kernel import mac_from_key
 from agent.lifecycle.add_steps import netns_identity, netns_matches
-from agent.linux import iproute, netlink
+from agent.linux import iproute, netlink, nlcodec
 from agent.linux.netns import PodNetns, using
 from agent.model.errors import InternalError, InvalidEnvironment
 from agent.model.pod import PodKey, PodRecord
@@ -123,3 +125,28 @@ def test_a_held_namespace_is_read_through_its_fd() -> None:
         assert netns_identity(path, held) == first != netns_identity(path)
         with pytest.raises(InternalError), using("/var/run/netns/another", held):
             pass
+
+
+def _links(node_ns: str) -> list[str]:
+    return [line.split(":")[1].strip() for line in
+            run_in(node_ns, "ip", "-o", "link").stdout.splitlines()]
+
+
+def test_macvlan_probe_says_yes_here_and_leaves_no_link(node_ns: str) -> None:
+    before = _links(node_ns)
+    assert netlink.macvlan_supported() is True
+    assert _links(node_ns) == before
+
+
+def test_macvlan_probe_says_no_where_the_kernel_lacks_the_kind(
+    node_ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = nlcodec.attr_str
+
+    def lacking(kind: int, value: str) -> bytes:  # the kernel's answer to a kind it lacks
+        return real(kind, "vswnokind" if value == "macvlan" else value)
+
+    monkeypatch.setattr(nlcodec, "attr_str", lacking)
+    before = _links(node_ns)
+    assert netlink.macvlan_supported() is False
+    assert _links(node_ns) == before

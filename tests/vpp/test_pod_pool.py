@@ -7,7 +7,8 @@ The pool is started without its loop, so each test drives it by hand (`refill`,
   passthru macvlan on the waiting end, made in the pod under the requested name with the pod's
   MAC, the pair stays in the node's namespace and is the pod's (tags), CHECK passes; `refill`
   makes another; with the node mesh the waiting end segments IPv4 TCP (TSO off on it);
-- an empty pool: the ADD makes its pair as without a pool;
+- an empty pool: the ADD makes its pair as without a pool; so does every ADD on a kernel
+  without macvlans, which gets no pool at all;
 - an empty pool while the loop is making a spare: the ADD waits for that one instead of asking
   VPP for a pair of its own (VPP would make the two one after the other anyway);
 - a failed ADD that took a spare leaves nothing (VPP's interface and the veth gone, in VPP's
@@ -118,6 +119,21 @@ def test_an_empty_pool_falls_back_to_making_the_pair(
     assert "af_packet_create_v3" in fake.requests and pool.ready() == 0
     assert dp.check(p, wiring) == []
     assert pool.take_counts() == {"ready": 0, "waited": 0, "empty": 1}
+
+
+def test_a_kernel_without_macvlans_gets_no_pool(
+    fake: FakeVPP, driver_factory: Factory, pod_ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(netlink, "macvlan_supported", lambda: False)
+    dp = driver_factory(pod_pool=4)
+    dp.start()
+    assert dp.pool is None and dp.veth.pool is None  # as with VppPodPool 0
+    assert spares_in_vpp(fake) == [] and not netlink.link_exists("vsws0")
+    p = pod(pod_ns, "10.1.1.78/32")
+    wiring = dp.attach(p, UndoStack())
+    assert "af_packet_create_v3" in fake.requests
+    assert link_json("eth0", pod_ns).get("linkinfo", {}).get("info_kind") == "veth"
+    assert dp.check(p, wiring) == []
 
 
 def test_an_add_waits_for_the_spare_being_made(

@@ -53,14 +53,9 @@ class VppDataplane:
         # veth host ends, reused names (podlinks.py); in TAP mode too: orphans of a veth run
         self.links = PodLinks(config.pod_link_prefix)
         # veth mode: spares for ADD and background deletes for DEL (podpool.py)
-        self.pool: PodPool | None = None
-        if config.pod_pool and not config.use_tap:
-            settings = PoolSettings(
-                config.pod_pool, config.spare_link_prefix, config.mtu, config.afpacket,
-                config.pod_vrf_id, tuple(sorted({g.version == 6 for g in config.pod_gateways})),
-                config.pod_tso4)
-            self.pool = PodPool(self.api, self.links, settings,
-                                lambda: self._ensure().gateway_sw_if_index)
+        settings = PoolSettings.of(config)  # None: no pool
+        self.pool = None if settings is None else PodPool(
+            self.api, self.links, settings, lambda: self._ensure().gateway_sw_if_index)
         self.veth = VethAfPacket(self.api, config.mtu, config.afpacket, self.links,
                                  config.pod_tso4, self.pool)
         self.mode: WiringMode = (

@@ -17,16 +17,19 @@ the pair is deleted instead.
 from __future__ import annotations
 
 import errno
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.dataplane.vpp import afpacket, interfaces, names
 from agent.dataplane.vpp.api import VppApi
+from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.linux import ethtool, netlink, nlwrite
 from agent.linux.netns import PodNetns
 from agent.model.errors import CniError
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PoolSettings:
@@ -37,6 +40,20 @@ class PoolSettings:
     pod_vrf_id: int
     families: tuple[bool, ...]  # ipv6 flags of the node's pod families
     tso4: bool = True  # False: the waiting end segments the pods' IPv4 TCP (the node mesh)
+
+    @classmethod
+    def of(cls, config: VppConfig) -> PoolSettings | None:
+        """The pool `config` asks for; None for none: `VppPodPool` 0, TAP mode, or a kernel
+        without macvlans (CONFIG_MACVLAN), whose pods are then made as with `VppPodPool` 0."""
+        if not config.pod_pool or config.use_tap:
+            return None
+        if not netlink.macvlan_supported():
+            log.warning("this kernel makes no macvlan links (CONFIG_MACVLAN): VppPodPool %d "
+                        "is ignored, pods are made as with VppPodPool 0", config.pod_pool)
+            return None
+        families = tuple(sorted({g.version == 6 for g in config.pod_gateways}))
+        return cls(config.pod_pool, config.spare_link_prefix, config.mtu, config.afpacket,
+                   config.pod_vrf_id, families, config.pod_tso4)
 
 
 @dataclass(frozen=True)
