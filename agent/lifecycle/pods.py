@@ -20,8 +20,9 @@ reconcile, updated by every ADD and DEL, this agent being their only writer, mir
 node's disk). etcd stays the truth for every decision; the copy finds a pod's older sandbox
 without listing etcd on every ADD, lets a DEL tear a pod down while etcd is unreachable
 (agent/state/journal keeps the release until etcd is back), and gives etcd back the records it
-lost (restore_records). CHECK, inspection and repair are agent/lifecycle/checks'; the steps and
-the checks get the manager's parts (agent/lifecycle/parts), never the manager itself.
+lost (restore_records). DEL's steps are agent/lifecycle/del_steps'; CHECK, inspection and repair
+agent/lifecycle/checks'; the steps and the checks get the manager's parts
+(agent/lifecycle/parts), never the manager itself.
 """
 
 from __future__ import annotations
