@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.infra.loops import SupervisedLoop
 from agent.linux.netns import enter_netns
 from agent.linux.nft import NftError, run, table_lock
 from agent.linux.nftpolicy import conntrack, render
@@ -64,13 +65,13 @@ class NftPolicy:
         self._sweep_conntrack = sweep_conntrack
         self._background = sweep_in_background
         self._pending: set[IPAddress] = set()
-        self._pending_cv = threading.Condition()
-        self._sweeper: threading.Thread | None = None
+        self._pending_lock = threading.Lock()
+        self._sweeper: SupervisedLoop | None = None  # runs when woken (and hourly: a no-op)
         # the sweeper works in the namespace this object was made in (a thread starts in the
         # process's): its descriptor, held while the object lives
         self._netns_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY) \
             if sweep_in_background else -1
-        self._closing = False
+        self._sweeper_entered = False
         self.swept = 0
         self._pods: dict[PodKey, PodRules] = {}
         self._now: Installed | None = None  # None: not read from the kernel yet
@@ -224,41 +225,39 @@ class NftPolicy:
         if not self._sweep_conntrack or not addresses:
             return 0
         if self._background:
-            with self._pending_cv:
+            with self._pending_lock:
                 self._pending.update(addresses)
                 if self._sweeper is None:
-                    self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True,
-                                                     name="conntrack-sweep")
+                    self._sweeper = SupervisedLoop("conntrack-sweep", self._sweep_pending,
+                                                   3600.0, immediately=True, log=log)
                     self._sweeper.start()
-                self._pending_cv.notify()
+                    return 0
+            self._sweeper.wake()
             return 0
         return self._sweep_now(addresses, owners(self._pods))
 
     def close(self) -> None:
         """Ends the background sweeper (a sweep under way finishes first); the rules stay."""
-        with self._pending_cv:
-            self._closing = True
-            self._pending_cv.notify()
         if self._sweeper is not None:
-            self._sweeper.join(timeout=10)
+            self._sweeper.stop(timeout=10)
         if self._netns_fd >= 0:
             os.close(self._netns_fd)
             self._netns_fd = -1
 
-    def _sweep_loop(self) -> None:
-        """The background sweeper: what changes queued, swept with the rules as they are
-        then (a later change queues its addresses again)."""
-        enter_netns(self._netns_fd)
-        while True:
-            with self._pending_cv:
-                while not self._pending and not self._closing:
-                    self._pending_cv.wait()
-                if self._closing:
-                    return
-                addresses, self._pending = sorted(self._pending, key=str), set()
-            with table_lock:
-                by_address = owners(self._pods)
-            self.swept += self._sweep_now(addresses, by_address)
+    def _sweep_pending(self) -> None:
+        """The background sweeper's run (its loop's thread, woken by each change): what the
+        changes queued, swept with the rules as they are then (a later change queues its
+        addresses again)."""
+        if not self._sweeper_entered:
+            enter_netns(self._netns_fd)  # the loop's thread, for good
+            self._sweeper_entered = True
+        with self._pending_lock:
+            addresses, self._pending = sorted(self._pending, key=str), set()
+        if not addresses:
+            return
+        with table_lock:
+            by_address = owners(self._pods)
+        self.swept += self._sweep_now(addresses, by_address)
 
     def _sweep_now(self, addresses: Sequence[IPAddress],
                    by_address: Mapping[IPAddress, PodRules]) -> int:
