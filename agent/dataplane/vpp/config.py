@@ -60,19 +60,17 @@ class VppConfig:
     # through VPP"): 5.2 MiB per node.
     host_rx_frames: int = 16  # AfPacketHostRxFrames
     host_tx_frames: int = 64  # AfPacketHostTxFrames
+    # ... and so its options: the pods' with its own frame counts, made (and so checked, a bad
+    # count naming its key) when the config is
+    host_afpacket: RingOptions = field(init=False, repr=False, compare=False)
     # ClusterIPs translated by VPP's cnat plugin (ServiceTranslation: vpp): its node setup at
     # each connection, its feature on every pod interface (cnat_node.py)
     cnat: bool = False
 
-    @property
-    def host_afpacket(self) -> RingOptions:
-        """The interconnect's AF_PACKET options: the pods' with its own frame counts."""
-        return replace(self.afpacket, rx_frames=self.host_rx_frames,
-                       tx_frames=self.host_tx_frames,
-                       keys=("AfPacketHostRxFrames", "AfPacketHostTxFrames"))
-
     def __post_init__(self) -> None:
-        self.host_afpacket  # noqa: B018 - validates the interconnect's rings at start
+        object.__setattr__(self, "host_afpacket", replace(
+            self.afpacket, rx_frames=self.host_rx_frames, tx_frames=self.host_tx_frames,
+            keys=("AfPacketHostRxFrames", "AfPacketHostTxFrames")))
         self._check_ranges()
         self._check_addresses()
         for key in ("host_ifname", "host_vpp_ifname"):
