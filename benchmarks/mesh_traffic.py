@@ -37,7 +37,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent.linux import ethtool
 from benchmarks import machine
 from benchmarks.harness import REPO, interrupter
 from benchmarks.mesh_traffic_report import (
@@ -53,6 +52,7 @@ from benchmarks.mesh_traffic_report import (
 from benchmarks.soak_report import write_section
 from benchmarks.traffic import IPERF_PORT, iperf, ping_rtt_ms
 from testbed.cluster import Cluster, Node, Pod, converged, unreachable, wait_for
+from testbed.pods import sends_tso
 from testbed.service import DnatService
 from testbed.vpp_nodes import MISSING, REAL_VPP, VppNodes
 
@@ -188,7 +188,8 @@ def run_setup(name: str, config: dict[str, Any], counts: Counts) -> SetupResult:
             vpps = VppNodes(cluster, prefix="vmb") if vpp else None
             try:
                 one, two, a, b, c = start_nodes(cluster, vpps)
-                result.pod_tso = {f: ethtool.feature(a.netns, "eth0", f) for f in TSO_FEATURES}
+                result.pod_tso = {f: sends_tso(f"/var/run/netns/{one.netns}", a.netns, f)
+                                  for f in TSO_FEATURES}
                 log(f"{name}: mesh up, pods {a.ips} {b.ips} on {one.name}, {c.ips} on {two.name}")
                 service = DnatService(SERVICE_IP, IPERF_PORT, netns=one.netns)
                 try:

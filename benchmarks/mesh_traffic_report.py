@@ -63,7 +63,7 @@ class SetupResult:
     values: dict[str, list[float]] = field(default_factory=dict)  # row key -> one per run
     errors: dict[str, str] = field(default_factory=dict)  # row key -> what broke it
     retransmits: dict[str, list[int]] = field(default_factory=dict)  # TCP rows: iperf3's sender
-    pod_tso: dict[str, bool] = field(default_factory=dict)  # ethtool feature -> on
+    pod_tso: dict[str, bool] = field(default_factory=dict)  # feature -> on (testbed.pods.sends_tso)
     load_start: str = ""
     load_end: str = ""
     loads: list[float] = field(default_factory=list)  # 1-minute load after each measurement
@@ -150,7 +150,8 @@ def _setup_lines(results: list[SetupResult]) -> list[str]:
         what = {"ok": f"measured in {r.seconds:.0f} s, load {r.load_start} -> {r.load_end}"
                       + during,
                 "failed": f"**failed**: {r.note}", "skipped": f"skipped: {r.note}"}[r.status]
-        out.append(f"- `{r.name}` (`{keys}`): {what}" + (f"; pod eth0: {tso}" if tso else ""))
+        towards = "; the pods' TCP towards the vswitch (eth0's, or a pool pod's macvlan link's)"
+        out.append(f"- `{r.name}` (`{keys}`): {what}" + (f"{towards}: {tso}" if tso else ""))
         out += [f"  - {ROW_LABELS[k]}: **failed**: {e}" for k, e in r.errors.items()]
     return out
 

@@ -1,17 +1,20 @@
 """Pods wired by a dataplane driver in-process, without the agent (tests and the traffic benchmark):
-unique subnets, pod networks, a started kernel driver, and a pod network for a VPP node."""
+unique subnets, pod networks, a started kernel driver, and a pod network for a VPP node; and
+whether a pod's TCP reaches the vswitch unsegmented."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import random
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from agent.dataplane.kernel import KernelDataplane
 from agent.dataplane.undo import UndoStack
-from agent.linux import pod_netns
+from agent.linux import ethtool, pod_netns
 from agent.model.pod import PodKey, PodNetwork, Wiring
 from testbed.netns import run_in, unique
 
@@ -100,3 +103,22 @@ def dual_stack_pod(netns: str, v4: IPNetwork, v6: IPNetwork, n: int) -> PodNetwo
     p = vpp_pod(netns, f"{v4[n]}/32")
     return PodNetwork(p.key, netns, (*p.addresses, ipaddress.ip_interface(f"{v6[n]}/128")),
                       (v4[1], v6[1]), p.mtu)
+
+
+def sends_tso(node_netns: str, pod_netns: str, feature: str) -> bool:
+    """Whether the pod's TCP reaches the vswitch unsegmented (`feature`: an ethtool TSO
+    feature): its eth0's, or for a macvlan (a pod from the VPP agent's pool, whose TSO the kernel
+    keeps on) that of its link in the node's namespace, which segments what the macvlan passes
+    down. Both namespaces as paths (/var/run/netns/NAME)."""
+    def links(netns: str, *which: str) -> list[dict[str, object]]:
+        out = subprocess.run(["ip", "-n", netns.rsplit("/", 1)[-1], "-d", "-j", "link", "show",
+                              *which], capture_output=True, text=True, check=True).stdout
+        found: list[dict[str, object]] = json.loads(out)
+        return found
+    eth0 = links(pod_netns, "eth0")[0]
+    kind = eth0.get("linkinfo", {})
+    if not isinstance(kind, dict) or kind.get("info_kind") != "macvlan":
+        return ethtool.feature(pod_netns, "eth0", feature)
+    lower = next(str(link["ifname"]) for link in links(node_netns)
+                 if link["ifindex"] == eth0["link_index"])
+    return ethtool.feature(node_netns, lower, feature)

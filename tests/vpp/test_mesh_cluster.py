@@ -31,7 +31,6 @@ Test plan:
 from __future__ import annotations
 
 import ipaddress
-import json
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +42,7 @@ import pytest
 
 from agent.dataplane.vpp import interfaces, ip
 from agent.dataplane.vpp.mesh import BVI_TAG
-from agent.linux import ethtool
+from testbed import pods
 from testbed.cluster import (
     Cluster,
     Node,
@@ -199,15 +198,7 @@ def test_vpp_mesh_in_linux_replaces_vpps_own_and_keeps_pods_tso(tmp_path: Path) 
 
 
 def sends_tso(node: Node, pod: Pod, feature: str) -> bool:
-    """Whether the pod's TCP reaches VPP unsegmented: its eth0's `feature`, or for a macvlan (a
-    pod from the VPP agent's pool, whose TSO the kernel keeps on) that of its link in the
-    node's namespace, which segments what the macvlan passes down."""
-    eth0 = json.loads(sh("ip", "-n", pod.name, "-d", "-j", "link", "show", "eth0").stdout)[0]
-    if eth0.get("linkinfo", {}).get("info_kind") != "macvlan":
-        return ethtool.feature(pod.netns, "eth0", feature)
-    links = json.loads(sh("ip", "-n", node.netns, "-j", "link", "show").stdout)
-    lower = next(link["ifname"] for link in links if link["ifindex"] == eth0["link_index"])
-    return ethtool.feature(f"/var/run/netns/{node.netns}", lower, feature)
+    return pods.sends_tso(f"/var/run/netns/{node.netns}", pod.netns, feature)
 
 
 def cluster_range_routes(vpps: VppNodes, node: Node) -> tuple[list[str], list[bool]]:
