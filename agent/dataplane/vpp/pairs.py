@@ -31,6 +31,7 @@ from agent.model.errors import CniError
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class PoolSettings:
     size: int  # spares kept ready (VppPodPool); 0: no spares (retired pairs still go here)
