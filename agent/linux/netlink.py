@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -117,10 +118,18 @@ def create_veth(
     return index, mac
 
 
+_PROBE_HOST = re.compile(r"vswmh[0-9a-f]{8}")  # macvlan_supported's throwaway pair
+
+
 def macvlan_supported() -> bool:
     """Whether the kernel makes passthru macvlans (CONFIG_MACVLAN): a throwaway veth pair in the
     calling thread's namespace gets one, and the pair takes it along when it goes. False only
-    when the kernel says it has no such kind of link (EOPNOTSUPP); any other refusal raises."""
+    when the kernel says it has no such kind of link (EOPNOTSUPP); any other refusal raises.
+    A pair an earlier probe left (its agent killed in between) goes first."""
+    with host_reader() as reader:
+        for link in reader.links():
+            if _PROBE_HOST.fullmatch(link.name):
+                delete_link(link.name)  # its peer and any macvlan on it go along
     token = secrets.token_hex(4)
     host, peer, probe = (f"vswm{role}{token}" for role in "hpm")
     with host_batch() as batch:

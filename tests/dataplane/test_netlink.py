@@ -8,7 +8,7 @@ creates a missing namespace; a namespace the request holds open is read through 
 identity as by path, and still its own after the path names another namespace), and a held
 namespace is never used for another path. The macvlan probe says yes on this kernel and no
 where the kernel knows no such kind of link (asked for a kind it lacks: its EOPNOTSUPP), and
-leaves no link either way.
+leaves no link either way; it removes a pair a killed probe left, and no link of another name.
 """
 
 from __future__ import annotations
@@ -136,6 +136,17 @@ def test_macvlan_probe_says_yes_here_and_leaves_no_link(node_ns: str) -> None:
     before = _links(node_ns)
     assert netlink.macvlan_supported() is True
     assert _links(node_ns) == before
+
+
+def test_macvlan_probe_removes_the_pair_a_killed_probe_left(node_ns: str) -> None:
+    before = _links(node_ns)
+    run_in(node_ns, "ip", "link", "add", "vswmh0123abcd", "type", "veth", "peer", "vswmp0123abcd")
+    run_in(node_ns, "ip", "link", "add", "vswmhsomeone", "type", "veth", "peer", "vswmpsomeone")
+    assert netlink.macvlan_supported() is True
+    left = set(_links(node_ns)) - set(before)
+    assert not any(name.startswith("vswmh0123abcd") or name.startswith("vswmp0123abcd")
+                   for name in left)
+    assert any(name.startswith("vswmhsomeone") for name in left)  # not a probe's name: kept
 
 
 def test_macvlan_probe_says_no_where_the_kernel_lacks_the_kind(
