@@ -6,7 +6,6 @@ drivers and the NAT table get plain, typed values.
 from __future__ import annotations
 
 import ipaddress
-import logging
 
 from agent.app.config import AgentConfig
 from agent.dataplane import Dataplane
@@ -19,8 +18,6 @@ from ipam import NodeNetworks
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_POD_POOL = 4
-
-log = logging.getLogger(__name__)
 
 
 def make_dataplane(cfg: AgentConfig, networks: NodeNetworks,

@@ -124,9 +124,17 @@ def test_an_empty_pool_falls_back_to_making_the_pair(
 def test_a_kernel_without_macvlans_gets_no_pool(
     fake: FakeVPP, driver_factory: Factory, pod_ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(netlink, "macvlan_supported", lambda: False)
+    asked: list[bool] = []
+
+    def no_macvlans() -> bool:
+        asked.append(False)
+        return False
+
+    monkeypatch.setattr(netlink, "macvlan_supported", no_macvlans)
     dp = driver_factory(pod_pool=4)
+    assert asked == []  # a driver only made (--teardown's) asks nothing, creates no link
     dp.start()
+    assert asked == [False]
     assert dp.pool is None and dp.veth.pool is None  # as with VppPodPool 0
     assert spares_in_vpp(fake) == [] and not netlink.link_exists("vsws0")
     p = pod(pod_ns, "10.1.1.78/32")

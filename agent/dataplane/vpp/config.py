@@ -60,8 +60,8 @@ class VppConfig:
     # through VPP"): 5.2 MiB per node.
     host_rx_frames: int = 16  # AfPacketHostRxFrames
     host_tx_frames: int = 64  # AfPacketHostTxFrames
-    # ... and so its options: the pods' with its own frame counts, made (and so checked, a bad
-    # count naming its key) when the config is
+    # The interconnect's AF_PACKET options: the pods' with the two counts above, made (and so
+    # checked: a bad count is InvalidConfig naming its key) in __post_init__.
     host_afpacket: RingOptions = field(init=False, repr=False, compare=False)
     # ClusterIPs translated by VPP's cnat plugin (ServiceTranslation: vpp): its node setup at
     # each connection, its feature on every pod interface (cnat_node.py)

@@ -31,6 +31,7 @@ from agent.dataplane.vpp import (
 from agent.dataplane.vpp.api import VppApi, VppCalls
 from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
+from agent.dataplane.vpp.pairs import macvlans_work
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.dataplane.vpp.podpool import PodPool, PoolSettings
 from agent.dataplane.vpp.tapv2 import TapV2
@@ -73,6 +74,8 @@ class VppDataplane:
         self.mode.check_usable()
         self._require_plugins()
         self._ensure()
+        if self.pool is not None and not macvlans_work(self.cfg.pod_pool):
+            self.pool = self.veth.pool = None  # pods made as with VppPodPool 0
         if self.pool is not None:
             self.pool.start()
 

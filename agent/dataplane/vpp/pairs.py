@@ -44,17 +44,23 @@ class PoolSettings:
 
     @classmethod
     def of(cls, config: VppConfig) -> PoolSettings | None:
-        """The pool `config` asks for; None for none: `VppPodPool` 0, TAP mode, or a kernel
-        without macvlans (CONFIG_MACVLAN), whose pods are then made as with `VppPodPool` 0."""
+        """The pool `config` asks for; None for none (`VppPodPool` 0, TAP mode)."""
         if not config.pod_pool or config.use_tap:
-            return None
-        if not netlink.macvlan_supported():
-            log.warning("this kernel makes no macvlan links (CONFIG_MACVLAN): VppPodPool %d "
-                        "is ignored, pods are made as with VppPodPool 0", config.pod_pool)
             return None
         families = tuple(sorted({g.version == 6 for g in config.pod_gateways}))
         return cls(config.pod_pool, config.spare_link_prefix, config.mtu, config.afpacket,
                    config.pod_vrf_id, families, config.pod_tso4)
+
+
+def macvlans_work(size: int) -> bool:
+    """Whether the pool's pods can be macvlans (CONFIG_MACVLAN), asked of the kernel when the
+    driver starts (not when one is only made: `--teardown` makes one and creates no link).
+    False is logged: the pool of `size` is ignored, pods are made as with `VppPodPool` 0."""
+    if netlink.macvlan_supported():
+        return True
+    log.warning("this kernel makes no macvlan links (CONFIG_MACVLAN): VppPodPool %d is "
+                "ignored, pods are made as with VppPodPool 0", size)
+    return False
 
 
 @dataclass(frozen=True)
