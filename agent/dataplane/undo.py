@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.linux import netlink
-from agent.linux.netns import enter_netns
+from agent.linux.netns import OWN_NETNS, enter_netns, own_netns_fd
 from agent.model.errors import CniError
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,6 @@ class UndoStack:
         return len(self._steps)
 
 
-_OWN_NS = "/proc/thread-self/ns/net"
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ class LinkReaper:
         """Starts a worker in the calling thread's namespace (the lock is held). It ends when
         nothing is left to do, so no idle thread keeps a namespace alive."""
         self._ns = namespace
-        fd = os.open(_OWN_NS, os.O_RDONLY | os.O_CLOEXEC)
+        fd = own_netns_fd()
         self._worker = threading.Thread(target=self._run, args=(fd,), name="link-reaper",
                                         daemon=True)
         self._worker.start()
@@ -204,5 +203,5 @@ class LinkReaper:
 
 
 def _namespace() -> tuple[int, int]:
-    info = os.stat(_OWN_NS)
+    info = os.stat(OWN_NETNS)
     return info.st_dev, info.st_ino

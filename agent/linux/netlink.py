@@ -27,7 +27,7 @@ from pyroute2 import NetlinkError
 
 from agent.linux import nlread
 from agent.linux.iproute import Session
-from agent.linux.netns import PodNetns
+from agent.linux.netns import PodNetns, own_netns_fd
 from agent.linux.nlwrite import add_veth as add_veth
 from agent.linux.nlwrite import delete_link as delete_link
 from agent.linux.nlwrite import host_batch as host_batch
@@ -136,7 +136,7 @@ def macvlan_supported() -> bool:
         batch.add_veth(host, 1500, peer, None, None)
         seq = batch.get_link(peer)
         links = send(batch, f"creating veth {host} <-> {peer}")
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        own = own_netns_fd()
         try:
             batch.add_macvlan(probe, links[seq].index, own, 1500)
             send(batch, f"creating macvlan {probe}")

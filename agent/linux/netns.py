@@ -36,7 +36,7 @@ from agent.model.errors import InternalError, InvalidEnvironment
 CLONE_NEWNET = 0x40000000  # linux/sched.h
 NS_GET_NSTYPE = 0xB703  # linux/nsfs.h: ioctl on a namespace fd, returns its CLONE_NEW* type
 SO_NETNS_COOKIE = 71  # linux/socket.h, kernel >= 5.14
-_OWN = "/proc/thread-self/ns/net"
+OWN_NETNS = "/proc/thread-self/ns/net"  # the calling thread's namespace
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -131,9 +131,14 @@ def describe(exc: OSError) -> str:
     return str(exc) or type(exc).__name__
 
 
+def own_netns_fd() -> int:
+    """An fd (close-on-exec; the caller closes it) of the calling thread's network namespace."""
+    return os.open(OWN_NETNS, os.O_RDONLY | os.O_CLOEXEC)
+
+
 def _socket_in(nsfd: int, netns_path: str, family: int, kind: int) -> socket.socket:
     """A socket created inside the namespace `nsfd`; the thread comes back."""
-    own = os.open(_OWN, os.O_RDONLY | os.O_CLOEXEC)
+    own = os.open(OWN_NETNS, os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
             _setns(nsfd)
@@ -194,14 +199,14 @@ def _open_checked(netns_path: str) -> int:
 
 def _nsfs_device() -> int:
     """The st_dev shared by every namespace file (they all live on the one nsfs)."""
-    return os.stat(_OWN).st_dev
+    return os.stat(OWN_NETNS).st_dev
 
 
 def _node_namespaces() -> set[tuple[int, int]]:
     """(st_dev, st_ino) of the namespaces a pod must never be: the calling thread's (the node's,
     see the module docstring), the agent process's, and init's when it can be read."""
     found = set()
-    for path in (_OWN, "/proc/self/ns/net", "/proc/1/ns/net"):
+    for path in (OWN_NETNS, "/proc/self/ns/net", "/proc/1/ns/net"):
         try:
             info = os.stat(path)
         except OSError:  # /proc/1 may be hidden from us (another PID namespace, hidepid)

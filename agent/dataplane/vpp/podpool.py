@@ -51,11 +51,10 @@ from agent.dataplane.vpp.pairs import Reuse, Spare, new_spare, spare_again
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.infra import failpoints
 from agent.infra.loops import SupervisedLoop
-from agent.linux.netns import enter_netns
+from agent.linux.netns import enter_netns, own_netns_fd
 from agent.model.errors import CniError
 
 log = logging.getLogger(__name__)
-_OWN_NS = "/proc/thread-self/ns/net"
 UNKNOWN = -1  # generation of a pair found at start: ask VPP whether it has a socket on it
 YIELD_MAX = 1.0  # seconds the loop waits for a moment without CNI requests before it goes on
 QUIET = 0.2  # seconds without requests a delete waits for
@@ -102,7 +101,7 @@ class PodPool:
         for host, tag in found:
             log.info("pair %s (%s) of an earlier run: deleting it", host, tag)
             self._queue(host, UNKNOWN)
-        self._nsfd = os.open(_OWN_NS, os.O_RDONLY | os.O_CLOEXEC)
+        self._nsfd = own_netns_fd()
         if loop:
             self._loop.start()
 
@@ -380,8 +379,3 @@ class PodPool:
     @property
     def error(self) -> str:
         return self._loop.error
-
-
-def node_netns_fd() -> int:
-    """An fd of the calling thread's namespace (the node's), for moving a pod's end back."""
-    return os.open(_OWN_NS, os.O_RDONLY | os.O_CLOEXEC)

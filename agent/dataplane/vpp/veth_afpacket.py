@@ -36,10 +36,10 @@ from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.modes import Port
 from agent.dataplane.vpp.pairs import Reuse, Spare
 from agent.dataplane.vpp.podlinks import PodLinks
-from agent.dataplane.vpp.podpool import PodPool, node_netns_fd
+from agent.dataplane.vpp.podpool import PodPool
 from agent.infra import failpoints
 from agent.linux import ethtool, netlink, nlwrite
-from agent.linux.netns import PodNetns, describe, using
+from agent.linux.netns import PodNetns, describe, own_netns_fd, using
 from agent.model.errors import DataplaneFailure, InvalidEnvironment
 from agent.model.pod import PodNetwork, Wiring
 
@@ -172,7 +172,7 @@ class VethAfPacket:
             held = PodNetns.open(pod.netns)
         except InvalidEnvironment:  # the namespace is gone, and the veth with it
             return True
-        node = node_netns_fd()
+        node = own_netns_fd()  # the node's
         try:
             with held, nlwrite.pod_batch(pod.netns, held) as batch:
                 seq = batch.get_link(pod.key.ifname)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.infra.loops import SupervisedLoop
-from agent.linux.netns import enter_netns
+from agent.linux.netns import enter_netns, own_netns_fd
 from agent.linux.nft import NftError, run, table_lock
 from agent.linux.nftpolicy import conntrack, render
 from agent.linux.nftpolicy.render import DIRECTIONS, Dir, Installed, PodRules
@@ -69,8 +69,7 @@ class NftPolicy:
         self._sweeper: SupervisedLoop | None = None  # runs when woken (and hourly: a no-op)
         # the sweeper works in the namespace this object was made in (a thread starts in the
         # process's): its descriptor, held while the object lives
-        self._netns_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY) \
-            if sweep_in_background else -1
+        self._netns_fd = own_netns_fd() if sweep_in_background else -1
         self._sweeper_entered = False
         self.swept = 0
         self._pods: dict[PodKey, PodRules] = {}
