@@ -1,0 +1,123 @@
+"""benchmarks/vpp_core (pod traffic when VPP has a CPU of its own, issue #25), so that it cannot
+rot: CI runs its quick mode on the kernel setups (a VPP setup is skipped without the real-VPP
+variables) and checks the report; the placement with real processes; the report's pure parts
+with made-up results. No timing is asserted.
+
+Test plan:
+- `python -m benchmarks.vpp_core --quick --setup kernel --setup kernel-any-cpu --setup
+  vpp-own-core`, without the VPP variables, exits 0: both kernel setups measure every one-node
+  row once (no row across nodes), the VPP setup is skipped with the reason, each setup says
+  where it ran; the section lands between its markers in an existing file, the rest of the
+  file kept; no namespace of its own is left.
+- `placed`: a process started inside runs on the CPU given, the caller's affinity is back
+  afterwards (also when the body raises); `move` moves every thread of a real process.
+- The command refuses the same CPU for the pods and VPP, and a CPU the process may not use.
+- The report: the ratios are over `kernel` (UDP: points), a failed or skipped setup says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.mesh_traffic_report import QUICK, SetupResult
+from benchmarks.vpp_core import BEGIN, END, ONE_NODE_ROWS, SETUPS, move, parse, placed, render
+from testbed.tools import REPO
+from tests.benchmarks.test_mesh_traffic import HEADER, namespaces_of
+
+CPUS = sorted(os.sched_getaffinity(0))
+two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process may use")
+
+
+@two_cpus
+def test_the_quick_kernel_run_measures_the_one_node_rows_and_skips_vpp(tmp_path: Path) -> None:
+    out, data = tmp_path / "BENCHMARKS.md", tmp_path / "core.json"
+    out.write_text("# Benchmarks\n\nother figures\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VSWITCH_TEST_VPP")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.vpp_core", "--quick", "--setup", "kernel",
+         "--setup", "kernel-any-cpu", "--setup", "vpp-own-core", "--pods-cpu", str(CPUS[0]),
+         "--vpp-cpu", str(CPUS[1]), "--out", str(out), "--json", str(data)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-4000:]
+    assert namespaces_of(proc.pid) == []
+    kernel, anywhere, vpp = json.loads(data.read_text())["setups"]
+    for setup in (kernel, anywhere):
+        assert setup["status"] == "ok" and setup["errors"] == {}
+        assert {k: len(v) for k, v in setup["values"].items()} == {
+            r.key: 1 for r in ONE_NODE_ROWS}
+    assert kernel["config"]["placement"] == f"pods on CPU {CPUS[0]}"
+    assert anywhere["config"]["placement"] == "pods on any CPU"
+    assert vpp["status"] == "skipped" and "VSWITCH_TEST_VPP_START" in vpp["note"]
+    text = out.read_text()
+    assert text.startswith("# Benchmarks\n\nother figures\n")
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    section = text[text.index(BEGIN):text.index(END)]
+    assert "## Pod traffic when VPP has a CPU of its own" in section and section in stdout
+    assert "across nodes" not in section
+
+
+@two_cpus
+def test_placed_pins_what_starts_inside_and_gives_the_caller_its_cpus_back() -> None:
+    before = os.sched_getaffinity(0)
+    read = ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"]
+    with placed({CPUS[1]}):
+        inside = subprocess.run(read, capture_output=True, text=True, check=True).stdout
+    assert inside.split()[-1] == str(CPUS[1])
+    assert os.sched_getaffinity(0) == before
+    with pytest.raises(RuntimeError), placed({CPUS[0]}):
+        raise RuntimeError("the body failed")
+    assert os.sched_getaffinity(0) == before
+    with placed(None):
+        assert os.sched_getaffinity(0) == before
+
+
+@two_cpus
+def test_move_puts_every_thread_of_a_process_on_the_cpu() -> None:
+    code = "import threading,time; [threading.Thread(target=time.sleep, args=(30,)).start() " \
+           "for _ in range(2)]; print('up', flush=True); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        assert move(proc.pid, {CPUS[1]}) == str(CPUS[1])
+        tids = os.listdir(f"/proc/{proc.pid}/task")
+        assert len(tids) == 3
+        assert all(os.sched_getaffinity(int(t)) == {CPUS[1]} for t in tids)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_command_refuses_one_cpu_for_both_and_a_cpu_it_may_not_use(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(["--quick", "--pods-cpu", str(CPUS[0]), "--vpp-cpu", str(CPUS[0])])
+    assert "must differ" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(["--quick", "--vpp-cpu", "4096"])
+    assert "--vpp-cpu 4096: not a CPU" in capsys.readouterr().err
+
+
+def test_the_report_compares_every_setup_with_the_kernel_on_the_pods_cpu() -> None:
+    def result(name: str, scale: float) -> SetupResult:
+        r = SetupResult(name, {"placement": "pods on CPU 0"})
+        r.values = {row.key: [scale * (i + 1)] for i, row in enumerate(ONE_NODE_ROWS)}
+        return r
+
+    header = {**HEADER, "counts": QUICK}
+    text = render(header, [result("kernel", 1.0), result("vpp-own-core", 0.5),
+                           SetupResult("vpp-shared", {}, status="skipped", note="no VPP")])
+    rows = [line for line in text.splitlines() if line.startswith(("| TCP", "| RTT", "| UDP"))]
+    assert len(rows) == len(ONE_NODE_ROWS) == 5
+    assert rows[0].split(" | ")[1:] == ["1.00", "0.50", "0.50 x", "skipped", "- |"]
+    assert "-2.50 points" in rows[4]  # 2.5 - 5.0
+    assert "skipped: no VPP" in text and text.startswith(BEGIN) and text.rstrip().endswith(END)
+    names = [s.name for s in SETUPS]
+    assert names[0] == "kernel" and len(set(names)) == len(names)
+    assert all((s.config["Dataplane"] == "vpp") == bool(s.vpp) for s in SETUPS)
