@@ -54,6 +54,8 @@ def test_agent_config_in_the_config_map_loads() -> None:
     assert cfg.http_host_port[1] == 9999
     # REST where the kubelet's probes (hostNetwork: the pod IP is the node IP) reach it
     assert cfg.rest_binds == [("127.0.0.1", 9999), ("192.168.16.1", 9999)]
+    # VPP translates ClusterIPs (the DaemonSet's service account may watch what that needs)
+    assert (cfg.dataplane, cfg.service_translation) == ("vpp", "vpp")
 
 
 def test_daemonset_probes_use_the_configured_rest_port() -> None:

@@ -210,7 +210,7 @@ def section(results: list[Rows], args: argparse.Namespace, load: tuple[str, str]
         "The clients and servers are the node's iperf3 and ping in pods' namespaces; the "
         + ("ClusterIP rows go through kube-proxy's DNAT on the client's node (with VPP: out of "
            "VPP to the node and back in, masqueraded on the way, docs/vpp.md)."
-           if deploy.SERVICE_TRANSLATION != "vpp" else
+           if deploy.service_translation("vpp") != "vpp" else
            "ClusterIP rows go through kube-proxy's DNAT on the kernel nodes and through VPP's "
            "cnat on the VPP nodes (`ServiceTranslation: vpp`, docs/vpp.md)."),
         END,

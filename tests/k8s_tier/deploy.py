@@ -5,9 +5,10 @@ The manifests are k8s/base's kustomization (what `kubectl apply -k k8s/base/` in
 by the same kustomize the manifest tests use (tests/k8s/kustomize: Debian's, from `make setup`;
 not the cluster's kubectl), and changed only where the node differs from the defaults they ship
 with, each change named here:
-- the agent's `agent.yaml`: `Dataplane` (and, for VPP, `UseTAPInterfaces: false`, with it
-  `ExpediteKernelRcu: true` as the config map's comment advises, and the API socket's file
-  name; `ServiceTranslation` when VSWITCH_TEST_K8S_SERVICE_TRANSLATION names one), and
+- the agent's `agent.yaml`: `Dataplane` (for the kernel, `ServiceTranslation: kube-proxy`, its
+  only choice; for VPP, `UseTAPInterfaces: false`, with it `ExpediteKernelRcu: true` as the
+  config map's comment advises, the API socket's file name, and `ServiceTranslation` when
+  VSWITCH_TEST_K8S_SERVICE_TRANSLATION names one, else the config map's), and
   `NodeRemovalGrace` short enough for a test to wait it out;
 - the DaemonSet's `/run/vpp` hostPath: the directory of the VPP socket the tier was given; when
   that path holds `{node}` (one VPP per node, e.g. `/run/vpp-nodes/{node}/api.sock`), the
@@ -41,7 +42,7 @@ PORT = 8080
 UDP_PORT = 8081
 NODE_PLACEHOLDER = "{node}"
 NODE_REMOVAL_GRACE = 20  # seconds (the shipped default: 300)
-# who translates ClusterIPs on VPP nodes: "" (the config map's, kube-proxy), kube-proxy or vpp
+# who translates ClusterIPs on VPP nodes: "" (the config map's: vpp), kube-proxy or vpp
 SERVICE_TRANSLATION = os.environ.get("VSWITCH_TEST_K8S_SERVICE_TRANSLATION", "")
 # Labels the tier puts on pods after they run: the node they run on (its index in the tier's
 # node list, "1" or "2"), and one pod per node as the backend of that node's hairpin Service.
@@ -88,6 +89,8 @@ def _agent_config(text: str, dataplane: str, vpp_socket: str) -> str:
     config: dict[str, Any] = yaml.safe_load(text)
     config["Dataplane"] = dataplane
     config["NodeRemovalGrace"] = NODE_REMOVAL_GRACE
+    if dataplane == "kernel":
+        config["ServiceTranslation"] = "kube-proxy"
     if dataplane == "vpp":
         config["UseTAPInterfaces"] = False
         config["ExpediteKernelRcu"] = True
@@ -96,6 +99,12 @@ def _agent_config(text: str, dataplane: str, vpp_socket: str) -> str:
         if vpp_socket:  # a VPP on the node; else the overlay's own VPP and socket
             config["VPPAPISocket"] = f"/run/vpp/{os.path.basename(vpp_socket)}"
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def service_translation(dataplane: str) -> str:
+    """Who translates ClusterIPs for pods on the tier's `dataplane` nodes."""
+    config = next(d for d in manifests() if d["kind"] == "ConfigMap")["data"]["agent.yaml"]
+    return str(yaml.safe_load(_agent_config(config, dataplane, ""))["ServiceTranslation"])
 
 
 def workload(image: str, nodes: list[str]) -> list[Doc]:

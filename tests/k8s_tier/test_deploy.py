@@ -30,6 +30,9 @@ def _agent(docs: list[Doc]) -> tuple[dict[str, Any], dict[str, Any], dict[str, A
 def test_one_vpp_socket_directory_for_every_node() -> None:
     config, volume, mount = _agent(deploy.system("vpp", "/run/vpp-k8s/api.sock", ""))
     assert config["Dataplane"] == "vpp" and config["VPPAPISocket"] == "/run/vpp/api.sock"
+    assert config["ServiceTranslation"] == (deploy.SERVICE_TRANSLATION or "vpp")
+    assert deploy.service_translation("vpp") == config["ServiceTranslation"]
+    assert deploy.service_translation("kernel") == "kube-proxy"
     assert volume["hostPath"]["path"] == "/run/vpp-k8s"
     assert mount["mountPath"] == "/run/vpp" and "subPathExpr" not in mount
 
@@ -49,6 +52,7 @@ def test_one_vpp_per_node_by_the_node_name() -> None:
 def test_the_kernel_dataplane_leaves_the_vpp_volume_alone() -> None:
     config, volume, mount = _agent(deploy.system("kernel", "/run/vpp-nodes/{node}/api.sock", ""))
     assert config["Dataplane"] == "kernel"
+    assert config["ServiceTranslation"] == "kube-proxy"  # the config map's vpp needs VPP
     assert volume["hostPath"]["path"] == "/run/vpp" and "subPathExpr" not in mount
 
 
