@@ -22,5 +22,5 @@ def test_every_marked_section_is_kept_in_order(tmp_path: Path) -> None:
     # this repo's own file: the sections its commands wrote, none lost
     own = Path(__file__).resolve().parents[2] / "BENCHMARKS.md"
     kept = kept_sections(own)
-    for name in ("soak", "mesh-traffic", "k8s-bench", "add-path", "vpp-livelock"):
+    for name in ("soak", "mesh-traffic", "k8s-bench", "add-path", "vpp-livelock", "vpp-core"):
         assert f"<!-- {name}: begin" in kept and f"<!-- {name}: end -->" in kept
