@@ -4,21 +4,24 @@ given the same CPU for its pods: the placement VPP's deployments use, measured o
     python -m benchmarks.vpp_core [--quick] [--setup NAME ...] [--pods-cpu N] [--vpp-cpu N]
                                   [--out BENCHMARKS.md] [--json FILE]
 
-One node of the one-machine cluster (testbed/cluster.py: its node IP set, so the node mesh is
-on, with no other node), pods a and b added through the real `vswitch-cni`, and the rows of
-benchmarks/mesh_traffic that stay on one node: TCP a -> b in IPv4 and IPv6, TCP to a stand-in
-ClusterIP backed by b (kube-proxy's DNAT on the node, testbed/service.py), RTT, UDP loss at
-1 Gbit/s offered. Only one node: across nodes each node's VPP would need a CPU of its own too,
-and this machine has two.
+The one-machine cluster (testbed/cluster.py: node IPs set, so the node mesh is on), pods
+added through the real `vswitch-cni`, and benchmarks/mesh_traffic's rows: on one node, pods a
+and b: TCP a -> b in IPv4 and IPv6, TCP to a stand-in ClusterIP backed by b (kube-proxy's DNAT
+on the node, testbed/service.py), RTT, UDP loss at 1 Gbit/s offered; on two nodes (the
+`-2-nodes` setups), a on the first and b on the second: the same rows across. Across nodes
+each node's VPP would need a CPU of its own, three CPUs in all with the pods'; this machine has
+two, so both VPPs share the one VPP CPU there. Each setup also reports how busy every CPU was
+during one more TCP IPv4 run (/proc/stat): which CPU bounds it.
 
 Each setup (SETUPS) is the agent config and where the work runs. The benchmark pins itself
 to the pods' CPU (`--pods-cpu`, 0) while a setup runs, so everything it starts (etcd, the
 agent, iperf3 and ping in the pods) runs there; a setup's VPP is then moved, every thread of
 it, to its CPU (`--vpp-cpu`, 1; the pods' CPU for `vpp-shared`). `kernel-any-cpu` pins
 nothing: the pods' sender and receiver get a CPU each, as mesh_traffic measures the kernel.
-The ratios are over `kernel` (the pods' CPU only): the same CPU for the pods, and VPP's CPU on
-top, as a node that gives VPP a core has it. VPP setups need the VSWITCH_TEST_VPP_START /
-_STOP / _MESH_SOCKET variables (testbed/vpp_nodes.py) and are skipped with a note without them.
+The ratios are over `kernel` (`kernel-2-nodes` for the rows across; the pods' CPU only): the
+same CPU for the pods, and VPP's CPU on top, as a node that gives VPP a core has it. VPP
+setups need the VSWITCH_TEST_VPP_START / _STOP / _MESH_SOCKET variables (testbed/vpp_nodes.py)
+and are skipped with a note without them.
 
 Writes its own section of --out between markers (full mode's default is BENCHMARKS.md; quick
 mode writes only where --out says). Traffic goes only to the namespaces it creates; everything
@@ -47,11 +50,11 @@ from typing import Any
 
 from benchmarks import machine
 from benchmarks.harness import REPO, interrupter
-from benchmarks.mesh_traffic import SERVICE_IP, log, measure, short
+from benchmarks.mesh_traffic import SERVICE_IP, log, measure, measure_once, short
 from benchmarks.mesh_traffic_report import FULL, QUICK, ROWS, Counts, SetupResult, cell, compare
 from benchmarks.soak_report import write_section
 from benchmarks.traffic import IPERF_PORT
-from testbed.cluster import Cluster, unreachable, wait_for
+from testbed.cluster import Cluster, Node, converged, unreachable, wait_for
 from testbed.service import DnatService
 from testbed.vpp import VppProbe
 from testbed.vpp_nodes import MISSING, REAL_VPP, VppNodes
@@ -62,6 +65,7 @@ END = "<!-- vpp-core: end -->"
 DEFAULT_OUT = REPO / "BENCHMARKS.md"
 BASELINE = "kernel"
 ONE_NODE_ROWS = tuple(r for r in ROWS if "across" not in r.key)
+ACROSS_ROWS = tuple(r for r in ROWS if "across" in r.key)
 
 
 @dataclass(frozen=True)
@@ -70,12 +74,18 @@ class Setup:
     config: dict[str, Any]  # the agent's keys beside the cluster's own
     pinned: bool  # everything on the pods' CPU (else anywhere)
     vpp: str = ""  # "", "pods" (VPP on the pods' CPU) or "own" (on --vpp-cpu)
+    nodes: int = 1  # 2: pods on both, the rows across (each node's VPP on the same CPU)
 
     def describe(self, pods_cpu: int, vpp_cpu: int) -> str:
         where = f"pods on CPU {pods_cpu}" if self.pinned else "pods on any CPU"
         if self.vpp:
-            where += f", VPP on CPU {pods_cpu if self.vpp == 'pods' else vpp_cpu}"
+            which = "both nodes' VPPs" if self.nodes == 2 else "VPP"
+            where += f", {which} on CPU {pods_cpu if self.vpp == 'pods' else vpp_cpu}"
         return where
+
+    @property
+    def baseline(self) -> str:
+        return BASELINE if self.nodes == 1 else f"{BASELINE}-2-nodes"
 
 
 VPP_KEYS = {"Dataplane": "vpp", "VXLANOwner": "linux"}
@@ -86,7 +96,29 @@ SETUPS = (
     Setup("vpp-own-core", dict(VPP_KEYS), pinned=True, vpp="own"),
     Setup("vpp-own-core-polling", {**VPP_KEYS, "InterfaceRxMode": "polling"}, pinned=True,
           vpp="own"),
+    Setup("kernel-2-nodes", {"Dataplane": "kernel"}, pinned=True, nodes=2),
+    Setup("vpp-own-core-2-nodes", dict(VPP_KEYS), pinned=True, vpp="own", nodes=2),
 )
+
+
+def cpu_times() -> dict[str, tuple[int, int]]:
+    """Per CPU of /proc/stat: (all jiffies, idle and iowait jiffies)."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            ticks = [int(f) for f in fields]
+            out[name] = (sum(ticks), ticks[3] + ticks[4])
+    return out
+
+
+def busy(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> str:
+    """How busy each CPU was between two readings of cpu_times, e.g. `cpu0 37 %, cpu1 100 %`."""
+    parts = []
+    for cpu, (total, idle) in after.items():
+        spent = total - before[cpu][0]
+        parts.append(f"{cpu} {100 * (spent - (idle - before[cpu][1])) / max(spent, 1):.0f} %")
+    return ", ".join(parts)
 
 
 @contextmanager
@@ -116,8 +148,16 @@ def cpus_allowed(pid: int) -> str:
     raise RuntimeError(f"no Cpus_allowed_list for process {pid}")
 
 
+def vpp_pid(vpps: VppNodes, node: Node) -> int:
+    probe = VppProbe(vpps.sockets[node.name], vpps.api_dirs[node.name])
+    try:
+        return probe.pid()
+    finally:
+        probe.close()
+
+
 def run_setup(setup: Setup, counts: Counts, pods_cpu: int, vpp_cpu: int) -> SetupResult:
-    """One setup on a cluster of its own (etcd, fabric, node, VPP), all removed after."""
+    """One setup on a cluster of its own (etcd, fabric, nodes, VPPs), all removed after."""
     result = SetupResult(setup.name, {**setup.config, "placement": setup.describe(
         pods_cpu, vpp_cpu)}, load_start=machine.loadavg())
     if setup.vpp and not REAL_VPP:
@@ -130,27 +170,30 @@ def run_setup(setup: Setup, counts: Counts, pods_cpu: int, vpp_cpu: int) -> Setu
                 Cluster(workdir, dict(setup.config)) as cluster:
             vpps = VppNodes(cluster, prefix="vco") if setup.vpp else None
             try:
-                node = vpps.add_node() if vpps is not None else cluster.add_node()
+                nodes = [vpps.add_node() if vpps is not None else cluster.add_node()
+                         for _ in range(setup.nodes)]
                 if vpps is not None:
-                    probe = VppProbe(vpps.sockets[node.name], vpps.api_dirs[node.name])
-                    try:
-                        cpu = pods_cpu if setup.vpp == "pods" else vpp_cpu
-                        result.config["VPP's threads may run on"] = move(probe.pid(), {cpu})
-                    finally:
-                        probe.close()
-                a, b = node.add_pod(), node.add_pod()
+                    cpu = pods_cpu if setup.vpp == "pods" else vpp_cpu
+                    result.config["VPP's threads may run on"] = ", ".join(
+                        move(vpp_pid(vpps, node), {cpu}) for node in nodes)
+                a, b = nodes[0].add_pod(), nodes[-1].add_pod()
+                wait_for(lambda: converged(nodes), 60, "the node mesh")
                 wait_for(lambda: unreachable([a], [b]) == [], 30, "a ping from a to b")
-                log(f"{setup.name}: pods {a.ips} {b.ips} on {node.name}")
-                service = DnatService(SERVICE_IP, IPERF_PORT, netns=node.netns)
+                log(f"{setup.name}: pods {a.ips} on {nodes[0].name}, {b.ips} on {nodes[-1].name}")
+                where = "same" if setup.nodes == 1 else "across"
+                service = DnatService(SERVICE_IP, IPERF_PORT, netns=nodes[0].netns)
                 try:
                     measure(result, {
-                        "tcp-same-v4": ("tcp", a, b, 0, False),
-                        "tcp-same-v6": ("tcp", a, b, 1, False),
-                        "tcp-svc-same": ("tcp", a, b, 0, True),
-                        "rtt-same": ("rtt", a, b, 0, False),
-                        "udp-same": ("udp", a, b, 0, False)}, service, counts)
+                        f"tcp-{where}-v4": ("tcp", a, b, 0, False),
+                        f"tcp-{where}-v6": ("tcp", a, b, 1, False),
+                        f"tcp-svc-{where}": ("tcp", a, b, 0, True),
+                        f"rtt-{where}": ("rtt", a, b, 0, False),
+                        f"udp-{where}": ("udp", a, b, 0, False)}, service, counts)
                 finally:
                     service.remove()
+                before = cpu_times()
+                measure_once("tcp", a, b, 0, None, counts)
+                result.config["CPUs busy during one more TCP IPv4 run"] = busy(before, cpu_times())
             finally:
                 cluster.close()  # the pods deleted and the agent stopped while VPP still runs
                 if vpps is not None:
@@ -168,20 +211,26 @@ def run_setup(setup: Setup, counts: Counts, pods_cpu: int, vpp_cpu: int) -> Setu
 # --- the report ----------------------------------------------------------------------------
 
 def table(results: list[SetupResult]) -> list[str]:
-    base = next((r for r in results if r.name == BASELINE), None)
-    head, rule = ["row (one node, mesh on)"], ["---"]
+    """A column per setup, and beside each VPP or other kernel setup its ratio to the kernel
+    setup of its node count (`kernel` for the rows on one node, `kernel-2-nodes` across)."""
+    baselines = {BASELINE, f"{BASELINE}-2-nodes"}
+    by_name = {r.name: r for r in results}
+    head, rule = ["row (mesh on)"], ["---"]
     for r in results:
         head.append(f"`{r.name}`")
         rule.append("---")
-        if r.name != BASELINE:
-            head.append(f"/ `{BASELINE}`")
+        if r.name not in baselines:
+            head.append("/ kernel")
             rule.append("---")
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(rule) + " |"]
-    for row in ONE_NODE_ROWS:
-        cells = [row.label.replace(", same node", "")]
+    for row in ROWS:
+        if not any(r.values.get(row.key) or row.key in r.errors for r in results):
+            continue
+        base = by_name.get(BASELINE if row in ONE_NODE_ROWS else f"{BASELINE}-2-nodes")
+        cells = [row.label]
         for r in results:
             cells.append(cell(r, row))
-            if r.name != BASELINE:
+            if r.name not in baselines:
                 cells.append(compare(r, base, row))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -204,12 +253,14 @@ def render(header: dict[str, Any], results: list[SetupResult]) -> str:
         f"{header['load_end']} at the end. Machine: {m['CPU']}, "
         f"{m['cores (os.cpu_count)']} cores, kernel {m['kernel']}. Code measured: "
         f"{header['commit']}.", "",
-        "One node of the one-machine cluster (node IP set, the node mesh on, no other node), "
-        "pods a -> b through the real `vswitch-cni`; ClusterIP: kube-proxy's DNAT on the node "
-        "(testbed/service.py) to b. Everything the benchmark starts runs on the pods' CPU "
-        "except where a setup says otherwise; VPP (a real one in the node's namespace, veth + "
-        "AF_PACKET pods) is moved to the CPU its setup names. Ratios over `kernel`, whose pods "
-        "have the same one CPU; UDP loss: the difference in points. "
+        "The one-machine cluster (node IPs set, the node mesh on), pods through the real "
+        "`vswitch-cni`: a -> b on one node; with the `-2-nodes` setups a on the first node and "
+        "b on the second. ClusterIP: kube-proxy's DNAT on a's node (testbed/service.py) to b. "
+        "Everything the benchmark starts runs on the pods' CPU except where a setup says "
+        "otherwise; VPP (a real one in each node's namespace, veth + AF_PACKET pods) is moved "
+        "to the CPU its setup names: across nodes both nodes' VPPs share it (a third CPU is "
+        "not there). Ratios over `kernel` (on one node) or `kernel-2-nodes` (across), whose "
+        "pods have the same one CPU; UDP loss: the difference in points. "
         f"iperf3 one TCP stream {counts.seconds} s, UDP 1400-byte datagrams at 1 Gbit/s "
         f"{counts.seconds} s, RTT the average of {counts.pings} pings 10 ms apart; each row "
         f"{counts.runs} time(s), interleaved; cells: median (min-max).", "",

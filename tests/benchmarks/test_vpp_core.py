@@ -5,20 +5,24 @@ with made-up results. No timing is asserted.
 
 Test plan:
 - `python -m benchmarks.vpp_core --quick --setup kernel --setup kernel-any-cpu --setup
-  vpp-own-core`, without the VPP variables, exits 0: both kernel setups measure every one-node
-  row once (no row across nodes), the VPP setup is skipped with the reason, each setup says
-  where it ran; the section lands between its markers in an existing file, the rest of the
-  file kept; no namespace of its own is left.
+  kernel-2-nodes --setup vpp-own-core`, without the VPP variables, exits 0: the one-node kernel
+  setups measure every one-node row once, the two-node one every row across once, the VPP
+  setup is skipped with the reason; each setup says where it ran and how busy each CPU was;
+  the section lands between its markers in an existing file, the rest of the file kept; no
+  namespace of its own is left.
 - `placed`: a process started inside runs on the CPU given, the caller's affinity is back
   afterwards (also when the body raises); `move` moves every thread of a real process.
 - The command refuses the same CPU for the pods and VPP, and a CPU the process may not use.
-- The report: the ratios are over `kernel` (UDP: points), a failed or skipped setup says so.
+- The report: the ratios are over the kernel setup of the same node count (UDP: points), a
+  row nobody measured is left out, a skipped setup says so; `busy` from two /proc/stat
+  readings.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +30,18 @@ from pathlib import Path
 import pytest
 
 from benchmarks.mesh_traffic_report import QUICK, SetupResult
-from benchmarks.vpp_core import BEGIN, END, ONE_NODE_ROWS, SETUPS, move, parse, placed, render
+from benchmarks.vpp_core import (
+    ACROSS_ROWS,
+    BEGIN,
+    END,
+    ONE_NODE_ROWS,
+    SETUPS,
+    busy,
+    move,
+    parse,
+    placed,
+    render,
+)
 from testbed.tools import REPO
 from tests.benchmarks.test_mesh_traffic import HEADER, namespaces_of
 
@@ -41,18 +56,20 @@ def test_the_quick_kernel_run_measures_the_one_node_rows_and_skips_vpp(tmp_path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VSWITCH_TEST_VPP")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.vpp_core", "--quick", "--setup", "kernel",
-         "--setup", "kernel-any-cpu", "--setup", "vpp-own-core", "--pods-cpu", str(CPUS[0]),
+         "--setup", "kernel-any-cpu", "--setup", "kernel-2-nodes", "--setup", "vpp-own-core",
+         "--pods-cpu", str(CPUS[0]),
          "--vpp-cpu", str(CPUS[1]), "--out", str(out), "--json", str(data)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-4000:]
     assert namespaces_of(proc.pid) == []
-    kernel, anywhere, vpp = json.loads(data.read_text())["setups"]
-    for setup in (kernel, anywhere):
+    kernel, anywhere, vpp, two = json.loads(data.read_text())["setups"]  # in SETUPS order
+    for setup, rows in ((kernel, ONE_NODE_ROWS), (anywhere, ONE_NODE_ROWS), (two, ACROSS_ROWS)):
         assert setup["status"] == "ok" and setup["errors"] == {}
-        assert {k: len(v) for k, v in setup["values"].items()} == {
-            r.key: 1 for r in ONE_NODE_ROWS}
-    assert kernel["config"]["placement"] == f"pods on CPU {CPUS[0]}"
+        assert {k: len(v) for k, v in setup["values"].items()} == {r.key: 1 for r in rows}
+        assert re.fullmatch(r"(cpu\d+ \d+ %, )+cpu\d+ \d+ %",
+                            setup["config"]["CPUs busy during one more TCP IPv4 run"])
+    assert kernel["config"]["placement"] == two["config"]["placement"] == f"pods on CPU {CPUS[0]}"
     assert anywhere["config"]["placement"] == "pods on any CPU"
     assert vpp["status"] == "skipped" and "VSWITCH_TEST_VPP_START" in vpp["note"]
     text = out.read_text()
@@ -60,7 +77,7 @@ def test_the_quick_kernel_run_measures_the_one_node_rows_and_skips_vpp(tmp_path:
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     section = text[text.index(BEGIN):text.index(END)]
     assert "## Pod traffic when VPP has a CPU of its own" in section and section in stdout
-    assert "across nodes" not in section
+    assert "across nodes" in section and "`kernel-2-nodes`" in section
 
 
 @two_cpus
@@ -114,9 +131,22 @@ def test_the_report_compares_every_setup_with_the_kernel_on_the_pods_cpu() -> No
     text = render(header, [result("kernel", 1.0), result("vpp-own-core", 0.5),
                            SetupResult("vpp-shared", {}, status="skipped", note="no VPP")])
     rows = [line for line in text.splitlines() if line.startswith(("| TCP", "| RTT", "| UDP"))]
-    assert len(rows) == len(ONE_NODE_ROWS) == 5
+    assert len(rows) == len(ONE_NODE_ROWS) == 5  # nobody measured the rows across
     assert rows[0].split(" | ")[1:] == ["1.00", "0.50", "0.50 x", "skipped", "- |"]
     assert "-2.50 points" in rows[4]  # 2.5 - 5.0
+    # across nodes the kernel setup of two nodes is the baseline
+    two = SetupResult("kernel-2-nodes", {})
+    two.values = {row.key: [2.0] for row in ACROSS_ROWS}
+    vpp_two = SetupResult("vpp-own-core-2-nodes", {})
+    vpp_two.values = {row.key: [1.0] for row in ACROSS_ROWS}
+    labels = tuple(f"| {row.label} |" for row in ACROSS_ROWS)
+    across = [line for line in render(header, [result("kernel", 1.0), two, vpp_two]).splitlines()
+              if line.startswith(labels)]
+    assert len(across) == len(ACROSS_ROWS) == 5
+    assert across[0].split(" | ")[1:] == ["-", "2.00", "1.00", "0.50 x |"]
+    assert any(line.endswith("| -1.00 points |") for line in across)
+    assert busy({"cpu0": (100, 50), "cpu1": (100, 90)},
+                {"cpu0": (200, 50), "cpu1": (300, 190)}) == "cpu0 100 %, cpu1 50 %"
     assert "skipped: no VPP" in text and text.startswith(BEGIN) and text.rstrip().endswith(END)
     names = [s.name for s in SETUPS]
     assert names[0] == "kernel" and len(set(names)) == len(names)
