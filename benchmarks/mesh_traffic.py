@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -238,26 +239,42 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    handler = interrupter(os.getpid())  # SIGTERM/SIGHUP unwind through every cleanup
+    configs = dict(SETUPS)
+
+    def measure_all(counts: Counts) -> list[SetupResult]:
+        results = []
+        for name in args.setup:
+            log(f"{name}: starting")
+            results.append(run_setup(name, configs[name], counts))
+        return results
+
+    return report("benchmarks.mesh_traffic", argv, args, measure_all, render, (BEGIN, END),
+                  note=args.note)
+
+
+def report(module: str, argv: list[str] | None, args: argparse.Namespace,
+           measure_all: Callable[[Counts], list[SetupResult]],
+           render_section: Callable[[dict[str, Any], list[SetupResult]], str],
+           markers: tuple[str, str], **extra: Any) -> int:
+    """A traffic benchmark's run (this one's and benchmarks/vpp_core's): SIGTERM and SIGHUP
+    unwind through every cleanup, the setups measured with the counts of --quick or not, the
+    section printed, written between `markers` of --out and every value into --json; 1 when a
+    setup or a row failed."""
+    handler = interrupter(os.getpid())
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)
     counts = QUICK if args.quick else FULL
-    command = "python -m benchmarks.mesh_traffic " + shlex.join(
-        sys.argv[1:] if argv is None else argv)
+    command = f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
     header: dict[str, Any] = {
         "command": command.strip(), "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_start": machine.loadavg(), "machine": machine.machine(),
-        "commit": machine.git_commit(), "counts": counts, "note": args.note}
-    configs = dict(SETUPS)
-    results = []
-    for name in args.setup:
-        log(f"{name}: starting")
-        results.append(run_setup(name, configs[name], counts))
+        "commit": machine.git_commit(), "counts": counts, **extra}
+    results = measure_all(counts)
     header["load_end"] = machine.loadavg()
-    text = render(header, results)
+    text = render_section(header, results)
     print(text)
     if args.out is not None:
-        write_section(args.out, text, BEGIN, END)
+        write_section(args.out, text, *markers)
         log(f"wrote the section of {args.out}")
     if args.json is not None:
         data = {**header, "counts": dataclasses.asdict(counts),

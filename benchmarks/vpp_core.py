@@ -31,12 +31,8 @@ it starts is removed again, also on failure.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
-import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,15 +40,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks import machine
-from benchmarks.harness import REPO, interrupter
-from benchmarks.mesh_traffic import SERVICE_IP, log, measure, measure_once, short
-from benchmarks.mesh_traffic_report import FULL, QUICK, ROWS, Counts, SetupResult, cell, compare
-from benchmarks.soak_report import write_section
+from benchmarks.harness import REPO
+from benchmarks.mesh_traffic import SERVICE_IP, log, measure, measure_once, report, short
+from benchmarks.mesh_traffic_report import ROWS, Counts, SetupResult, cell, compare
 from benchmarks.traffic import IPERF_PORT
 from testbed.cluster import Cluster, Node, converged, unreachable, wait_for
 from testbed.service import DnatService
@@ -306,31 +300,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    handler = interrupter(os.getpid())  # SIGTERM/SIGHUP unwind through every cleanup
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGHUP, handler)
-    counts = QUICK if args.quick else FULL
-    command = "python -m benchmarks.vpp_core " + shlex.join(
-        sys.argv[1:] if argv is None else argv)
-    header: dict[str, Any] = {
-        "command": command.strip(), "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "load_start": machine.loadavg(), "machine": machine.machine(),
-        "commit": machine.git_commit(), "counts": counts}
-    results = []
-    for setup in args.setup:
-        log(f"{setup.name}: starting")
-        results.append(run_setup(setup, counts, args.pods_cpu, args.vpp_cpu))
-    header["load_end"] = machine.loadavg()
-    text = render(header, results)
-    print(text)
-    if args.out is not None:
-        write_section(args.out, text, BEGIN, END)
-        log(f"wrote the section of {args.out}")
-    if args.json is not None:
-        data = {**header, "counts": dataclasses.asdict(counts),
-                "setups": [r.to_json() for r in results]}
-        args.json.write_text(json.dumps(data, indent=1))
-    return 0 if all(r.status != "failed" and not r.errors for r in results) else 1
+
+    def measure_all(counts: Counts) -> list[SetupResult]:
+        results = []
+        for setup in args.setup:
+            log(f"{setup.name}: starting")
+            results.append(run_setup(setup, counts, args.pods_cpu, args.vpp_cpu))
+        return results
+
+    return report("benchmarks.vpp_core", argv, args, measure_all, render, (BEGIN, END))
 
 
 if __name__ == "__main__":
