@@ -77,10 +77,6 @@ class Setup:
             where += f", {which} on CPU {pods_cpu if self.vpp == 'pods' else vpp_cpu}"
         return where
 
-    @property
-    def baseline(self) -> str:
-        return BASELINE if self.nodes == 1 else f"{BASELINE}-2-nodes"
-
 
 VPP_KEYS = {"Dataplane": "vpp", "VXLANOwner": "linux"}
 SETUPS = (
