@@ -71,8 +71,6 @@ class UndoStack:
         return len(self._steps)
 
 
-
-
 @dataclass(frozen=True)
 class _Retired:
     name: str

@@ -138,7 +138,7 @@ def own_netns_fd() -> int:
 
 def _socket_in(nsfd: int, netns_path: str, family: int, kind: int) -> socket.socket:
     """A socket created inside the namespace `nsfd`; the thread comes back."""
-    own = os.open(OWN_NETNS, os.O_RDONLY | os.O_CLOEXEC)
+    own = own_netns_fd()
     try:
         try:
             _setns(nsfd)
