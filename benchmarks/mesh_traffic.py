@@ -33,7 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -178,37 +179,55 @@ def start_nodes(cluster: Cluster, vpps: VppNodes | None) -> tuple[Node, Node, Po
 def run_setup(name: str, config: dict[str, Any], counts: Counts) -> SetupResult:
     """One setup on a cluster of its own (its etcd, fabric, nodes and VPPs), all removed after."""
     result = SetupResult(name, dict(config), load_start=machine.loadavg())
-    vpp = config.get("Dataplane") == "vpp"
-    if vpp and not REAL_VPP:
-        result.status, result.note = "skipped", MISSING
+    if lacks_vpp(result, config):
         return result
+    with setup_cluster(result, config, "vmb") as (cluster, vpps):
+        one, two, a, b, c = start_nodes(cluster, vpps)
+        result.pod_tso = {f: sends_tso(f"/var/run/netns/{one.netns}", a.netns, f)
+                          for f in TSO_FEATURES}
+        log(f"{name}: mesh up, pods {a.ips} {b.ips} on {one.name}, {c.ips} on {two.name}")
+        service = DnatService(SERVICE_IP, IPERF_PORT, netns=one.netns)
+        try:
+            measure(result, plan(a, b, c), service, counts)
+        finally:
+            service.remove()
+    return result
+
+
+def lacks_vpp(result: SetupResult, config: dict[str, Any]) -> bool:
+    """True, the result skipped with why, for a VPP setup where no real VPPs can be started."""
+    if config.get("Dataplane") == "vpp" and not REAL_VPP:
+        result.status, result.note = "skipped", MISSING
+        return True
+    return False
+
+
+@contextmanager
+def setup_cluster(result: SetupResult, config: dict[str, Any], prefix: str
+                  ) -> Iterator[tuple[Cluster, VppNodes | None]]:
+    """The cluster of one setup with the agent keys `config` (this benchmark's and
+    benchmarks/vpp_core's): its etcd and fabric, and for `Dataplane: vpp` a VppNodes whose nodes
+    get a real VPP each (instances named after `prefix`). All of it is removed after, the pods
+    deleted and the agents stopped while their VPPs still run. What breaks in the block fails
+    the result with its reason instead of raising; the result's time and closing load are set."""
     started = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix=f"mesh-traffic-{name}-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"traffic-{result.name}-"))
     try:
         with Cluster(workdir, dict(config)) as cluster:
-            vpps = VppNodes(cluster, prefix="vmb") if vpp else None
+            vpps = VppNodes(cluster, prefix=prefix) if config.get("Dataplane") == "vpp" else None
             try:
-                one, two, a, b, c = start_nodes(cluster, vpps)
-                result.pod_tso = {f: sends_tso(f"/var/run/netns/{one.netns}", a.netns, f)
-                                  for f in TSO_FEATURES}
-                log(f"{name}: mesh up, pods {a.ips} {b.ips} on {one.name}, {c.ips} on {two.name}")
-                service = DnatService(SERVICE_IP, IPERF_PORT, netns=one.netns)
-                try:
-                    measure(result, plan(a, b, c), service, counts)
-                finally:
-                    service.remove()
+                yield cluster, vpps
             finally:
-                cluster.close()  # pods deleted and agents stopped while their VPPs still run
+                cluster.close()
                 if vpps is not None:
                     vpps.close()
     except (RuntimeError, AssertionError, OSError, subprocess.SubprocessError) as exc:
         result.status, result.note = "failed", short(exc)
-        log(f"{name}: failed: {result.note}")
+        log(f"{result.name}: failed: {result.note}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result.seconds = time.monotonic() - started
-    result.load_end = machine.loadavg()
-    return result
+        result.seconds = time.monotonic() - started
+        result.load_end = machine.loadavg()
 
 
 # --- the command ---------------------------------------------------------------------------

@@ -32,11 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,13 +41,21 @@ from typing import Any
 
 from benchmarks import machine
 from benchmarks.harness import REPO
-from benchmarks.mesh_traffic import SERVICE_IP, log, measure, measure_once, report, short
+from benchmarks.mesh_traffic import (
+    SERVICE_IP,
+    lacks_vpp,
+    log,
+    measure,
+    measure_once,
+    report,
+    setup_cluster,
+)
 from benchmarks.mesh_traffic_report import ROWS, Counts, SetupResult, cell, compare
 from benchmarks.traffic import IPERF_PORT
-from testbed.cluster import Cluster, Node, converged, unreachable, wait_for
+from testbed.cluster import Node, converged, unreachable, wait_for
 from testbed.service import DnatService
 from testbed.vpp import VppProbe
-from testbed.vpp_nodes import MISSING, REAL_VPP, VppNodes
+from testbed.vpp_nodes import VppNodes
 
 BEGIN = ("<!-- vpp-core: begin (written by python -m benchmarks.vpp_core; "
          "benchmarks.run keeps it) -->")
@@ -150,51 +154,34 @@ def run_setup(setup: Setup, counts: Counts, pods_cpu: int, vpp_cpu: int) -> Setu
     """One setup on a cluster of its own (etcd, fabric, nodes, VPPs), all removed after."""
     result = SetupResult(setup.name, {**setup.config, "placement": setup.describe(
         pods_cpu, vpp_cpu)}, load_start=machine.loadavg())
-    if setup.vpp and not REAL_VPP:
-        result.status, result.note = "skipped", MISSING
+    if lacks_vpp(result, setup.config):
         return result
-    started = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix=f"vpp-core-{setup.name}-"))
-    try:
-        with placed({pods_cpu} if setup.pinned else None), \
-                Cluster(workdir, dict(setup.config)) as cluster:
-            vpps = VppNodes(cluster, prefix="vco") if setup.vpp else None
-            try:
-                nodes = [vpps.add_node() if vpps is not None else cluster.add_node()
-                         for _ in range(setup.nodes)]
-                if vpps is not None:
-                    cpu = pods_cpu if setup.vpp == "pods" else vpp_cpu
-                    result.config["VPP's threads may run on"] = ", ".join(
-                        move(vpp_pid(vpps, node), {cpu}) for node in nodes)
-                a, b = nodes[0].add_pod(), nodes[-1].add_pod()
-                wait_for(lambda: converged(nodes), 60, "the node mesh")
-                wait_for(lambda: unreachable([a], [b]) == [], 30, "a ping from a to b")
-                log(f"{setup.name}: pods {a.ips} on {nodes[0].name}, {b.ips} on {nodes[-1].name}")
-                where = "same" if setup.nodes == 1 else "across"
-                service = DnatService(SERVICE_IP, IPERF_PORT, netns=nodes[0].netns)
-                try:
-                    measure(result, {
-                        f"tcp-{where}-v4": ("tcp", a, b, 0, False),
-                        f"tcp-{where}-v6": ("tcp", a, b, 1, False),
-                        f"tcp-svc-{where}": ("tcp", a, b, 0, True),
-                        f"rtt-{where}": ("rtt", a, b, 0, False),
-                        f"udp-{where}": ("udp", a, b, 0, False)}, service, counts)
-                finally:
-                    service.remove()
-                before = cpu_times()
-                measure_once("tcp", a, b, 0, None, counts)
-                result.config["CPUs busy during one more TCP IPv4 run"] = busy(before, cpu_times())
-            finally:
-                cluster.close()  # the pods deleted and the agent stopped while VPP still runs
-                if vpps is not None:
-                    vpps.close()
-    except (RuntimeError, AssertionError, OSError, subprocess.SubprocessError) as exc:
-        result.status, result.note = "failed", short(exc)
-        log(f"{setup.name}: failed: {result.note}")
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    result.seconds = time.monotonic() - started
-    result.load_end = machine.loadavg()
+    with placed({pods_cpu} if setup.pinned else None), \
+            setup_cluster(result, setup.config, "vco") as (cluster, vpps):
+        nodes = [vpps.add_node() if vpps is not None else cluster.add_node()
+                 for _ in range(setup.nodes)]
+        if vpps is not None:
+            cpu = pods_cpu if setup.vpp == "pods" else vpp_cpu
+            result.config["VPP's threads may run on"] = ", ".join(
+                move(vpp_pid(vpps, node), {cpu}) for node in nodes)
+        a, b = nodes[0].add_pod(), nodes[-1].add_pod()
+        wait_for(lambda: converged(nodes), 60, "the node mesh")
+        wait_for(lambda: unreachable([a], [b]) == [], 30, "a ping from a to b")
+        log(f"{setup.name}: pods {a.ips} on {nodes[0].name}, {b.ips} on {nodes[-1].name}")
+        where = "same" if setup.nodes == 1 else "across"
+        service = DnatService(SERVICE_IP, IPERF_PORT, netns=nodes[0].netns)
+        try:
+            measure(result, {
+                f"tcp-{where}-v4": ("tcp", a, b, 0, False),
+                f"tcp-{where}-v6": ("tcp", a, b, 1, False),
+                f"tcp-svc-{where}": ("tcp", a, b, 0, True),
+                f"rtt-{where}": ("rtt", a, b, 0, False),
+                f"udp-{where}": ("udp", a, b, 0, False)}, service, counts)
+        finally:
+            service.remove()
+        before = cpu_times()
+        measure_once("tcp", a, b, 0, None, counts)
+        result.config["CPUs busy during one more TCP IPv4 run"] = busy(before, cpu_times())
     return result
 
 
