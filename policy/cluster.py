@@ -11,6 +11,8 @@ has the one label the API server would give it, `kubernetes.io/metadata.name`.
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 
 from policy import addresses
@@ -24,6 +26,7 @@ from policy.model import (
     Pod,
     PolicyError,
 )
+from policy.rules import PeerSet
 
 _LabelKey = frozenset[tuple[str, str]]
 
@@ -59,6 +62,7 @@ class Cluster:
         self._selected: dict[tuple[str, LabelSelector], list[Pod]] = {}
         self._namespaces: dict[LabelSelector, list[str]] = {}
         self._addresses: dict[tuple[str, LabelSelector], AddressSet] = {}
+        self._sets: dict[str, PeerSet] = {}
 
     def pods_within(self, within: AddressSet) -> Iterator[tuple[Pod, IPAddress]]:
         """Every (pod, address) with the address in `within`, by address."""
@@ -105,3 +109,29 @@ class Cluster:
         spaces = [policy_namespace] if peer.namespace_selector is None \
             else self.namespaces(peer.namespace_selector)
         return addresses.union(self._addresses_of(ns, pods) for ns in spaces)
+
+    def peer_set(self, policy_namespace: str, peer: Peer) -> PeerSet | None:
+        """The shared set a selector peer stands for (None for an ipBlock: its addresses
+        never change with pods). Named by the selector alone: its namespace scope (the
+        policy's namespace, or the namespaceSelector) and its podSelector."""
+        if peer.ip_block is not None:
+            return None
+        pods = peer.pod_selector if peer.pod_selector is not None else EVERYTHING
+        scope = f"ns={policy_namespace}" if peer.namespace_selector is None \
+            else f"nssel={selector_text(peer.namespace_selector)}"
+        name = hashlib.sha256(f"{scope};pods={selector_text(pods)}".encode()).hexdigest()[:16]
+        found = self._sets.get(name)
+        if found is None:
+            spaces = [policy_namespace] if peer.namespace_selector is None \
+                else self.namespaces(peer.namespace_selector)
+            members = sorted((ip for ns in spaces for pod in self.select(ns, pods)
+                              for ip in pod.ips), key=addresses.point)
+            found = self._sets[name] = PeerSet(name, tuple(members))
+        return found
+
+
+def selector_text(selector: LabelSelector) -> str:
+    """A selector as text that is the same for equal selectors in every process (frozensets
+    iterate in an order that varies with the process's string hashing)."""
+    terms = sorted([r.key, r.operator, sorted(r.values)] for r in selector.match_expressions)
+    return json.dumps([sorted(selector.match_labels), terms], separators=(",", ":"))

@@ -11,7 +11,9 @@ Steps:
 3. Per pod and direction: isolated iff some policy of that direction selects it; its raw rules
    are its policies' parts with named ports resolved (ingress: against the pod itself; egress:
    against each destination pod, so a part splits into one raw rule per peer pod that has the
-   port), then made canonical (policy.rules.canonical), memoized on what they were made of.
+   port), then made canonical (policy.rules.canonical), memoized on what they were made of;
+   and the same in shared form (policy.rules.canonical_shared): selector peers as PeerSets,
+   one per distinct selector (policy.cluster.peer_set), ipBlocks as addresses.
 
 Named ports on egress go to pod addresses only: an address no pod holds has no named ports.
 An SCTP port entry, when the renderer says it cannot express SCTP (`sctp=False`), matches
@@ -44,12 +46,16 @@ from policy.rules import (
     OPEN,
     Compiled,
     DirectionRules,
+    PeerSet,
     PodPolicy,
     PortRange,
     PortSet,
     RawRule,
+    RawSetRule,
     Rule,
+    SetRule,
     canonical,
+    canonical_shared,
     normalize_ports,
     union_ports,
 )
@@ -67,6 +73,8 @@ class _Part:
     numeric: PortSet  # None: all traffic; (): no numeric entry (named ones only, or none left)
     named: _Named
     targets: _Targets  # egress + named: per peer pod, its addresses among the peers, its ports
+    sets: frozenset[PeerSet]  # the peers again, shared: the selector peers' sets ...
+    static: AddressSet  # ... and the rest (ipBlocks; every address when there are no peers)
 
     def raw(self, pod: Pod | None) -> list[RawRule]:
         """Raw rules; `pod` (ingress) is the destination that resolves named ports."""
@@ -75,6 +83,15 @@ class _Part:
             return out + [(peers, ports, self.policy) for peers, ports in self.targets]
         return [(self.peers, union_ports((self.numeric, _resolve(self.named, pod))),
                  self.policy)]
+
+    def raw_shared(self, pod: Pod | None) -> list[RawSetRule]:
+        """`raw` in shared form; the egress named-port targets stay addresses (per pod)."""
+        if pod is None:
+            out = [(self.sets, self.static, self.numeric, self.policy)]
+            return out + [(frozenset(), peers, ports, self.policy)
+                          for peers, ports in self.targets]
+        return [(self.sets, self.static,
+                 union_ports((self.numeric, _resolve(self.named, pod))), self.policy)]
 
 
 def _resolve(named: _Named, pod: Pod) -> tuple[PortRange, ...]:
@@ -88,7 +105,7 @@ class _Compiler:
         self.sctp = sctp
         self.warnings: set[str] = set()
         self._networks: dict[AddressSet, tuple[IPNetwork, ...]] = {}
-        self._memo: dict[tuple[Direction, frozenset[object]], tuple[Rule, ...]] = {}
+        self._memo: dict[tuple[Direction, frozenset[object]], DirectionRules] = {}
         self._targets_memo: dict[tuple[AddressSet, _Named], _Targets] = {}
 
     def networks(self, peers: AddressSet) -> tuple[IPNetwork, ...]:
@@ -142,17 +159,31 @@ class _Compiler:
             self.cluster.peer_addresses(policy.namespace, peer) for peer in rule.peers)
         numeric, named = self.ports(policy, direction, index, rule)
         targets = self._targets(peers, named) if direction == "Egress" and named else ()
-        return _Part(policy.key, peers, numeric, named, targets)
+        sets: set[PeerSet] = set()
+        static: list[AddressSet] = [] if rule.peers else [addresses.EVERY_ADDRESS]
+        for peer in rule.peers:
+            found = self.cluster.peer_set(policy.namespace, peer)
+            if found is None:
+                static.append(self.cluster.peer_addresses(policy.namespace, peer))
+            else:
+                sets.add(found)
+        return _Part(policy.key, peers, numeric, named, targets, frozenset(sets),
+                     addresses.union(static))
 
-    def rules(self, direction: Direction, pod: Pod, parts: list[_Part]) -> tuple[Rule, ...]:
+    def rules(self, direction: Direction, pod: Pod, parts: list[_Part]) -> DirectionRules:
+        """An isolated direction's rules, in both forms."""
         ingress = direction == "Ingress"
         # what the result depends on: the parts, and for ingress the pod's resolved names
         key = frozenset((id(p), _resolve(p.named, pod) if ingress and p.named else None)
                         for p in parts)
         found = self._memo.get((direction, key))
         if found is None:
-            raw = [r for p in parts for r in p.raw(pod if ingress else None)]
-            found = self._memo[(direction, key)] = canonical(raw, self.networks)
+            resolver = pod if ingress else None
+            rules: tuple[Rule, ...] = canonical(
+                [r for p in parts for r in p.raw(resolver)], self.networks)
+            shared: tuple[SetRule, ...] = canonical_shared(
+                [r for p in parts for r in p.raw_shared(resolver)], self.networks)
+            found = self._memo[(direction, key)] = DirectionRules(True, rules, shared)
         return found
 
 
@@ -205,8 +236,7 @@ def compile_policies(pods: Iterable[Pod], namespaces: Iterable[Namespace],
         directions: list[DirectionRules] = []
         for direction in DIRECTIONS:
             parts = selections.get((pod.key, direction))
-            directions.append(OPEN if parts is None else
-                              DirectionRules(True, compiler.rules(direction, pod, parts)))
+            directions.append(OPEN if parts is None else compiler.rules(direction, pod, parts))
         exempt = sorted(set(nodes.get(pod.node, ())), key=addresses.point)
         out[pod.key] = PodPolicy(pod.key, tuple(exempt), directions[0], directions[1])
     return Compiled(out, tuple(sorted(compiler.warnings)))

@@ -12,6 +12,13 @@ with equal ports or equal peers are merged (exact, since rules are ORed), a rule
 another rule allows entirely is dropped (its policies move to that rule), and everything is
 sorted. `policies` lists the NetworkPolicies ("namespace/name") whose rules allow some of a
 rule's traffic, and together all of it (for counters and `vswitchctl policy POD`).
+
+The same rules also come in a second form, `DirectionRules.shared`, whose shape does not depend
+on which pods a selector matches today: a `SetRule` names its selector peers as `PeerSet`s (one
+per distinct selector, shared by every rule of every pod that names it; its members are the
+addresses the selector matches now) beside the addresses that never change with pods (ipBlocks,
+"every address"). A renderer that keeps each PeerSet as a named set of its own then turns a pod
+joining or leaving a selector into one element per set, with no rule rewritten.
 """
 
 from __future__ import annotations
@@ -53,12 +60,39 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class PeerSet:
+    """The pods one selector peer (podSelector and/or namespaceSelector, in its policy's
+    namespace) matches now. `name` depends on the selector alone, never on its members, so
+    equal selectors of any policies share one set and a change of members keeps the name."""
+
+    name: str
+    members: tuple[IPAddress, ...]  # sorted, IPv4 first
+
+    def __hash__(self) -> int:  # by name: a selector of 150,000 pods is not hashed per lookup
+        return hash(self.name)
+
+
+@dataclass(frozen=True)
+class SetRule:
+    """`Rule` in shared form: peers are the members of `sets` plus `static` (ipBlocks, every
+    address, and the named-port targets of egress rules, which are per destination pod)."""
+
+    sets: tuple[PeerSet, ...]
+    static: tuple[IPNetwork, ...]
+    ports: PortSet
+    policies: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class DirectionRules:
     """`isolated` False: everything is allowed (no policy of this direction selects the pod)
-    and `rules` is empty. True: only what a rule allows (none: nothing)."""
+    and `rules` is empty. True: only what a rule allows (none: nothing). `shared`: the same
+    rules in shared form (None where they were built without it, as by hand in tests; a
+    renderer then uses `rules`)."""
 
     isolated: bool
     rules: tuple[Rule, ...] = ()
+    shared: tuple[SetRule, ...] | None = None
 
 
 OPEN = DirectionRules(False)
@@ -147,6 +181,47 @@ def _drop_subsumed(rules: list[_Work]) -> list[_Work]:
 
 def _ports_key(ports: PortSet) -> tuple[object, ...]:
     return (0,) if ports is None else (1, *((p.protocol, p.first, p.last) for p in ports))
+
+
+# The compiler's raw shared rules: (sets, static peers, ports, policy).
+RawSetRule = tuple[frozenset[PeerSet], AddressSet, PortSet, str]
+_SetWork = tuple[frozenset[PeerSet], AddressSet, PortSet, frozenset[str]]
+
+
+def canonical_shared(raw: Iterable[RawSetRule],
+                     networks: Callable[[AddressSet], tuple[IPNetwork, ...]]
+                     ) -> tuple[SetRule, ...]:
+    """The shared rules of a direction: raw rules with equal ports merged (sets and static
+    peers united), then rules with equal peers merged (ports united), until nothing merges.
+    Unlike `canonical`, nothing depends on the sets' members (no subsumption, no rule dropped
+    for an empty set): the shape stays while pods come and go."""
+    rules: list[_SetWork] = [(sets, static, ports, frozenset((policy,)))
+                             for sets, static, ports, policy in raw
+                             if (sets or static) and (ports is None or ports)]
+    while True:
+        count = len(rules)
+        by_ports: dict[PortSet, tuple[set[PeerSet], list[AddressSet], set[str]]] = {}
+        for sets, static, ports, policies in rules:
+            group = by_ports.setdefault(ports, (set(), [], set()))
+            group[0].update(sets)
+            group[1].append(static)
+            group[2].update(policies)
+        by_peers: dict[tuple[frozenset[PeerSet], AddressSet],
+                       tuple[list[PortSet], set[str]]] = {}
+        for ports, (members, statics, named) in by_ports.items():
+            entry = by_peers.setdefault((frozenset(members), addresses.union(statics)),
+                                        ([], set()))
+            entry[0].append(ports)
+            entry[1].update(named)
+        rules = [(peers, static, union_ports(p), frozenset(pol))
+                 for (peers, static), (p, pol) in by_peers.items()]
+        if len(rules) == count:
+            break
+    out = [SetRule(tuple(sorted(sets, key=lambda s: s.name)), networks(static), ports,
+                   tuple(sorted(policies))) for sets, static, ports, policies in rules]
+    out.sort(key=lambda r: (_ports_key(r.ports), [s.name for s in r.sets],
+                            [(n.version, int(n.network_address), n.prefixlen) for n in r.static]))
+    return tuple(out)
 
 
 def canonical(raw: Iterable[RawRule],

@@ -41,11 +41,13 @@ class Node:
     def node_addresses(self) -> tuple[IPAddress, ...]:
         return (self.subnets.v4[1], self.subnets.v6[1], *self.extra_node_addresses)
 
-    def desired(self, *policies: dict[str, Any], names: tuple[str, ...] = tuple(PODS)
-                ) -> dict[PodKey, PodRules]:
-        """The compiler's rules for the pods `names` under `policies` (dicts, as the API's)."""
-        pods = [pod(NS, n, list(self.ips[n]), {"app": n}, ports=[WEB] if n == "b" else [],
-                    node=NODE) for n in PODS]
+    def desired(self, *policies: dict[str, Any], names: tuple[str, ...] = tuple(PODS),
+                labels: dict[str, dict[str, str]] | None = None) -> dict[PodKey, PodRules]:
+        """The compiler's rules for the pods `names` under `policies` (dicts, as the API's);
+        each pod is labelled app=<its name>, plus what `labels` gives it."""
+        more = labels or {}
+        pods = [pod(NS, n, list(self.ips[n]), {"app": n, **more.get(n, {})},
+                    ports=[WEB] if n == "b" else [], node=NODE) for n in PODS]
         compiled = compile_(pods, list(policies), node_addresses={NODE: self.node_addresses})
         return {k: PodRules(v, self.addresses(k.name)) for k, v in compiled.pods.items()
                 if k.name in names}

@@ -18,9 +18,13 @@ IPv6; policies compiled by `policy.compile_policies`):
 - counters: allowed packets per policy and drops per pod move with the traffic;
 - a full apply replaces everything at once: a pod left out loses its chains, kept counters keep
   their counts, remove() leaves nothing of the policy;
-- a full apply changes only what changed (nothing: no command; one pod's peers: that pod's
+- a full apply changes only what changed (nothing: no command; one pod's policy: that pod's
   chain alone, the other's rule handles stay), and repairs a table changed by hand: at once when
-  a change's diff fails (the table deleted), at the next read (`verify_every`) otherwise.
+  a change's diff fails (the table deleted), at the next read (`verify_every`) otherwise;
+- a peer change is a set change: a pod that joins a selector two pods' rules name is one
+  element added per IP version to that selector's set, no chain rewritten (rule handles kept),
+  and it connects; leaving deletes the elements, refuses it anew and cuts its established
+  connection; the chains' rules hold no pod address (they name the set).
 """
 
 from __future__ import annotations
@@ -280,3 +284,46 @@ def test_a_full_apply_changes_only_what_changed_and_repairs_a_table_changed_by_h
     assert set(rule_handles(node.path)) == {a_in, b_in}
     with servers(node.netns["b"], node.ips["b"], (TCP,)):
         check(node, {("a", "b", TCP): True, ("c", "b", TCP): False})
+
+
+def _peer_sets(path: str) -> dict[str, set[str]]:
+    out = json.loads(run_in(path, "nft", "-j", "list", "table", "inet", "vswitch-cni").stdout)
+    return {o["set"]["name"]: set(o["set"].get("elem", ())) for o in out["nftables"]
+            if "set" in o and o["set"]["name"].startswith(render.PEER_SET)}
+
+
+def test_a_pod_joining_or_leaving_a_selector_is_a_set_element_and_no_chain_rewritten(
+        node: Node, renderer: NftPolicy) -> None:
+    clients = {"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}
+    # b and a both admit the clients on every port; c is a client from the start
+    policies = (policy("b-in", select="b", ingress=[clients]),
+                policy("a-in", select="a", ingress=[clients]))
+    renderer.apply(node.desired(*policies, labels={"c": {"role": "client"}}))
+    before, sets = rule_handles(node.path), _peer_sets(node.path)
+    assert len(sets) == 2  # one selector, IPv4 and IPv6: shared by a's and b's chains
+    assert set().union(*sets.values()) == set(node.ips["c"])
+    listed = json.loads(run_in(node.path, "nft", "-j", "list", "table", "inet",
+                               "vswitch-cni").stdout)["nftables"]
+    chains = json.dumps([o["rule"] for o in listed
+                         if "rule" in o and o["rule"]["chain"].startswith("policy-pod-")])
+    assert "@policy-peer-" in chains
+    assert not any(f'"{ip}"' in chains for ip in node.ips["c"])  # named by the set only
+    # a second client pod: two elements, nothing else
+    joined = renderer.apply(node.desired(*policies, labels={
+        "c": {"role": "client"}, "b": {"role": "client"}}))
+    assert joined.commands == 2, joined
+    assert rule_handles(node.path) == before
+    assert set().union(*_peer_sets(node.path).values()) == {*node.ips["c"], *node.ips["b"]}
+    with servers(node.netns["a"], node.ips["a"], (TCP, UDP)):
+        check(node, {("b", "a", TCP): True, ("b", "a", UDP): True, ("c", "a", TCP): True})
+        held = Held(node.netns["b"], node.ips["a"][0], TCP[1])
+        try:
+            assert held.echo()
+            left = renderer.apply(node.desired(*policies, labels={"c": {"role": "client"}}))
+            assert left.commands == 2, left
+            assert left.conntrack_deleted >= 1, left
+            assert not held.echo()  # cut: its conntrack entry went with the element
+        finally:
+            held.close()
+        check(node, {("b", "a", TCP): False, ("b", "a", UDP): False, ("c", "a", TCP): True})
+    assert rule_handles(node.path) == before

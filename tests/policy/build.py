@@ -7,8 +7,10 @@ from typing import Any
 
 from policy import (
     Compiled,
+    DirectionRules,
     PodKey,
     PortRange,
+    Rule,
     compile_policies,
     namespace_from_k8s,
     pod_from_k8s,
@@ -52,3 +54,8 @@ def tcp(first: int, last: int | None = None) -> PortRange:
 
 def key(name: str, ns: str = "a") -> PodKey:
     return PodKey(ns, name)
+
+
+def plain(rules: DirectionRules) -> tuple[bool, tuple[Rule, ...]]:
+    """A direction as (isolated, rules), without its shared form."""
+    return rules.isolated, rules.rules

@@ -172,15 +172,32 @@ class Reference:
 
 def compiled_allows(compiled: PodPolicy, direction: str, conn: Conn,
                     own: Sequence[Address]) -> bool:
+    return _allows(compiled, direction, conn, own, shared=False)
+
+
+def shared_allows(compiled: PodPolicy, direction: str, conn: Conn,
+                  own: Sequence[Address]) -> bool:
+    """`compiled_allows` read from the rules' shared form (sets' members + static peers)."""
+    return _allows(compiled, direction, conn, own, shared=True)
+
+
+def _allows(compiled: PodPolicy, direction: str, conn: Conn, own: Sequence[Address],
+            shared: bool) -> bool:
     if conn.remote in compiled.node_addresses or conn.remote in own:
         return True
     rules = compiled.ingress if direction == "Ingress" else compiled.egress
     if not rules.isolated:
         return True
-    for rule in rules.rules:
-        if not any(conn.remote in net for net in rule.peers):
+    if shared:
+        assert rules.shared is not None, "the compiler gives every isolated direction both forms"
+        peers = [({a for s in r.sets for a in s.members}, r.static, r.ports)
+                 for r in rules.shared]
+    else:
+        peers = [(set(), r.peers, r.ports) for r in rules.rules]
+    for members, nets, ports in peers:
+        if conn.remote not in members and not any(conn.remote in net for net in nets):
             continue
-        if rule.ports is None or any(r.protocol == conn.protocol and r.first <= conn.port <= r.last
-                                     for r in rule.ports):
+        if ports is None or any(r.protocol == conn.protocol and r.first <= conn.port <= r.last
+                                for r in ports):
             return True
     return False

@@ -4,7 +4,11 @@ Test plan:
 - equivalence: for every pod, both directions, every probed connection (every pod, node and CIDR
   edge address x TCP/UDP/SCTP on ports around the pools' numbers, and ICMP), what the compiled
   rules allow is what the independent reference (tests/policy/reference.py) says the spec allows;
-  with the renderer's SCTP capability on and off;
+  with the renderer's SCTP capability on and off; the rules' shared form (selector peers as
+  named sets) allows the same;
+- shared sets: one set per distinct selector, named by the selector alone: its members are
+  exactly the addresses of the pods it matches, and adding a pod to the cluster changes the
+  members of sets and never the shape of any pod's shared rules;
 - isolation is exactly "selected by a policy of that direction", per pod and direction;
 - additivity: one more policy never takes away a connection of a pod already isolated in that
   direction (policies only add allows);
@@ -27,11 +31,19 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policy import Compiled, Pod, PodKey, compile_policies, namespace_from_k8s, pod_from_k8s
+from policy import (
+    Compiled,
+    DirectionRules,
+    Pod,
+    PodKey,
+    compile_policies,
+    namespace_from_k8s,
+    pod_from_k8s,
+)
 from policy import policy_from_k8s as parse_policy
 from policy.rules import Rule, ports_subset
-from tests.policy.reference import Conn, Reference, compiled_allows
-from tests.policy.strategies import NODES, ClusterSpec, clusters, strictly_inside
+from tests.policy.reference import Conn, Reference, compiled_allows, shared_allows
+from tests.policy.strategies import NODES, ClusterSpec, clusters, pods, strictly_inside
 
 SLOW = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -82,6 +94,8 @@ def test_compiled_rules_allow_exactly_what_the_spec_allows(spec: ClusterSpec) ->
                 expected = reference.allows(raw, direction, conn)
                 assert verdicts[(pod.name, direction, conn)] == expected, \
                     (pod.key, direction, conn, expected, rules)
+                assert shared_allows(compiled.pods[pod.key], direction, conn, pod.ips) \
+                    == expected, (pod.key, direction, conn, expected, rules.shared)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -194,3 +208,41 @@ def test_probed_addresses_cover_every_pool() -> None:
     assert ipaddress.ip_address("10.0.0.7") in remotes  # 10.0.0.0/29's broadcast
     assert ipaddress.ip_address("10.0.0.8") in remotes  # just past it
     assert ipaddress.ip_address("fd00::8") in remotes
+
+
+def _shape(rules: DirectionRules) -> object:
+    """A direction's shared rules without the sets' members."""
+    assert rules.shared is not None or not rules.isolated
+    return [(tuple(s.name for s in r.sets), r.static, r.ports, r.policies)
+            for r in rules.shared or ()]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.data())
+def test_a_new_pod_changes_set_members_never_a_rules_shape(spec: ClusterSpec,
+                                                           data: st.DataObject) -> None:
+    new = data.draw(pods(len(spec.pods)))
+    new["spec"]["containers"][0]["ports"] = []  # named ports are per pod: egress splits on them
+    before = _compile(spec)
+    after = _compile(ClusterSpec(spec.namespaces, [*spec.pods, new], spec.policies, spec.sctp))
+    members: dict[str, set[ipaddress.IPv4Address | ipaddress.IPv6Address]] = {}
+    for key, pod in before.pods.items():
+        for direction in ("ingress", "egress"):
+            rules = getattr(pod, direction)
+            assert _shape(rules) == _shape(getattr(after.pods[key], direction)), direction
+            for rule in rules.shared or ():
+                for peer_set in rule.sets:
+                    members.setdefault(peer_set.name, set(peer_set.members))
+    # one set per selector: every rule naming it holds the same members
+    for pod in after.pods.values():
+        for rules in (pod.ingress, pod.egress):
+            for rule in rules.shared or ():
+                for peer_set in rule.sets:
+                    assert list(peer_set.members) == sorted(peer_set.members,
+                                                            key=lambda a: (a.version, int(a)))
+                    if peer_set.name not in members:
+                        continue  # named by no rule before (its policy selected no pod)
+                    had = members[peer_set.name]
+                    assert had <= set(peer_set.members)
+                    assert set(peer_set.members) - had <= {ipaddress.ip_address(e["ip"])
+                                     for e in new["status"]["podIPs"]}

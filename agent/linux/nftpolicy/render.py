@@ -9,11 +9,18 @@ The objects, all named `policy-...` in the agent's table (NAT's objects have oth
         ip daddr vmap @policy-ingress4     ip6 daddr vmap @policy-ingress6
     map policy-{egress,ingress}{4,6}   pod address : jump policy-pod-<id>-{out,in}
     set policy-pods{4,6}               the addresses of the pods with an isolated direction
+    set policy-peer-<sel>-{4,6}        the pods one selector matches (<sel>: its PeerSet name),
+                                       shared by every chain whose rules name that selector
     chain policy-pod-<id>-in|out       one per isolated direction of a pod:
         peer in node addresses + the pod's own: return
-        per compiled Rule, per IP version, per protocol: peers, ports, counters: return
+        per rule, per IP version, per protocol: peer in @policy-peer-... (one rule per set)
+            or in {ipBlock CIDRs}, ports, counters: return
         counter policy-drop-<id>-<dir>; drop
     counter policy-allow-<id>-<dir>-<policy id>   per pod, direction and allowing policy
+
+The chains come from the rules' shared form (policy.SetRule) when the compiler gave one: a pod
+that joins or leaves a selector is then an element added to or deleted from that selector's
+set, and no chain changes. Rules built without it (by hand) name their peers inline.
 
 `return` and never `accept` in a pod chain: the base chain then goes on to the other end's
 check, so a packet from pod A to pod B of this node passes A's egress and B's ingress. The
@@ -34,8 +41,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from policy import PodKey, PodPolicy, Rule
+from policy import DirectionRules, PodKey, PodPolicy
 from policy.model import IPAddress, IPNetwork
+from policy.rules import PortSet
 
 Cmd = dict[str, Any]
 Expr = list[dict[str, Any]]
@@ -73,6 +81,7 @@ class Rendered:
     counters: dict[str, str] = field(default_factory=dict)  # name -> comment
     elements: dict[tuple[str, IPAddress], str] = field(default_factory=dict)  # (map, a) -> chain
     policed: set[IPAddress] = field(default_factory=set)
+    sets: dict[str, frozenset[IPAddress]] = field(default_factory=dict)  # peer set -> members
 
 
 def _id(text: str, n: int) -> str:
@@ -111,6 +120,18 @@ def set_name(version: int) -> str:
     return f"{PREFIX}pods{version}"
 
 
+PEER_SET = f"{PREFIX}peer-"
+
+
+def peer_set_name(name: str, version: int) -> str:
+    """The nftables set of one selector's members (a policy.PeerSet) of one IP version."""
+    return f"{PEER_SET}{name}-{version}"
+
+
+def _peer_set_version(name: str) -> int:
+    return 4 if name.endswith("-4") else 6
+
+
 def _proto(version: int) -> str:
     return "ip" if version == 4 else "ip6"
 
@@ -133,12 +154,12 @@ def _payload(protocol: str, name: str) -> dict[str, Any]:
     return {"payload": {"protocol": protocol, "field": name}}
 
 
-def _ports(rule: Rule) -> list[Expr]:
+def _ports(ports: PortSet) -> list[Expr]:
     """The port matches of a rule, one per protocol ([[]]: all traffic)."""
-    if rule.ports is None:
+    if ports is None:
         return [[]]
     by_proto: dict[str, list[object]] = {}
-    for r in rule.ports:
+    for r in ports:
         proto = r.protocol.lower()
         if (r.first, r.last) == (0, 65535):
             by_proto[proto] = []  # every port: the protocol alone
@@ -146,12 +167,39 @@ def _ports(rule: Rule) -> list[Expr]:
             by_proto.setdefault(proto, []).append(
                 r.first if r.first == r.last else {"range": [r.first, r.last]})
     out: list[Expr] = []
-    for proto, ports in by_proto.items():
-        if not ports:
+    for proto, numbers in by_proto.items():
+        if not numbers:
             out.append([_match({"meta": {"key": "l4proto"}}, proto)])
         else:
-            out.append([_match(_payload(proto, "dport"), {"set": ports})])
+            out.append([_match(_payload(proto, "dport"), {"set": numbers})])
     return out
+
+
+# per rule: its policies, its ports, and per IP version what its peers' match compares with
+_Matches = list[tuple[tuple[str, ...], PortSet, dict[int, list[object]]]]
+
+
+def _peer_matches(spec: DirectionRules, out: Rendered) -> _Matches:
+    """What each rule's peer matches compare with: an anonymous set of CIDRs (`rules`), or,
+    with the shared form, each selector's named set (added to `out.sets`) and the static
+    CIDRs. An empty anonymous set stands for "none of this version" (no rule)."""
+    if spec.shared is None:
+        return [(rule.policies, rule.ports, {v: [{"set": [_elem(n) for n in rule.peers
+                                                          if n.version == v]}]
+                                             for v in VERSIONS}) for rule in spec.rules]
+    matches: _Matches = []
+    for shared in spec.shared:
+        per_version: dict[int, list[object]] = {}
+        for version in VERSIONS:
+            refs: list[object] = []
+            for peer_set in shared.sets:
+                name = peer_set_name(peer_set.name, version)
+                out.sets[name] = frozenset(a for a in peer_set.members if a.version == version)
+                refs.append(f"@{name}")
+            static = [_elem(n) for n in shared.static if n.version == version]
+            per_version[version] = [*refs, {"set": static}]
+        matches.append((shared.policies, shared.ports, per_version))
+    return matches
 
 
 def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> None:
@@ -171,17 +219,17 @@ def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> N
         if mine:
             body.append([_match(_payload(_proto(version), peer), {"set": mine}),
                          {"return": None}])
-    for rule in spec.rules:
-        names = [allow_counter(key, direction, p) for p in rule.policies]
-        for name, policy in zip(names, rule.policies, strict=True):
+    for policies, port_set, per_version in _peer_matches(spec, out):
+        names = [allow_counter(key, direction, p) for p in policies]
+        for name, policy in zip(names, policies, strict=True):
             out.counters[name] = f"{policy} allows {key} {direction}"[:COMMENT_MAX]
         for version in VERSIONS:
-            peers = [_elem(n) for n in rule.peers if n.version == version]
-            if not peers:
-                continue
-            for ports in _ports(rule):
-                body.append([_match(_payload(_proto(version), peer), {"set": peers}), *ports,
-                             *({"counter": n} for n in names), {"return": None}])
+            for right in per_version[version]:
+                if isinstance(right, dict) and not right["set"]:
+                    continue  # no static peers of this version
+                for ports in _ports(port_set):
+                    body.append([_match(_payload(_proto(version), peer), right), *ports,
+                                 *({"counter": n} for n in names), {"return": None}])
     drop = drop_counter(key, direction)
     out.counters[drop] = f"{key} {direction}: isolated, nothing allowed it"[:COMMENT_MAX]
     body.append([{"counter": drop}, {"drop": None}])
@@ -253,6 +301,31 @@ def base(table: str) -> list[Cmd]:
     return cmds + _base_rules(table)
 
 
+def _peer_set_cmds(table: str, new: Mapping[str, frozenset[IPAddress]],
+                   now: Mapping[str, frozenset[IPAddress]] | None) -> list[Cmd]:
+    """The peer sets `new` made to hold exactly their members: with `now` (what they hold),
+    the elements that differ, and `add set` for the missing ones only; without, each set
+    added, flushed and filled (whatever it held)."""
+    cmds: list[Cmd] = []
+    for name, members in sorted(new.items()):
+        body = _obj(table, name, type=_addr_type(_peer_set_version(name)))
+        had = None if now is None else now.get(name)
+        if had is None:
+            cmds.append({"add": {"set": body}})
+            if now is None:
+                cmds.append({"flush": {"set": body}})
+            had = frozenset()
+        for op, which in (("delete", had - members), ("add", members - had)):
+            if which:
+                cmds.append({op: {"element": _obj(table, name,
+                                                  elem=sorted(str(a) for a in which))}})
+    return cmds
+
+
+def _set_deletions(table: str, names: Iterable[str]) -> list[Cmd]:
+    return [{"delete": {"set": _obj(table, n)}} for n in sorted(names)]
+
+
 def _chain_cmds(table: str, name: str, body: list[Expr], now: Installed | None = None
                 ) -> list[Cmd]:
     """A chain's rules replaced (flush + add: atomic in the transaction). With `now` (what is
@@ -295,11 +368,12 @@ class Installed:
     elements: dict[tuple[str, IPAddress], str] = field(default_factory=dict)
     policed: set[IPAddress] = field(default_factory=set)
     bodies: dict[str, list[Expr]] = field(default_factory=dict)
+    sets: dict[str, frozenset[IPAddress]] = field(default_factory=dict)  # peer set -> members
 
 
 def installed(new: Rendered) -> Installed:
     return Installed(set(new.chains), set(new.counters), dict(new.elements), set(new.policed),
-                     dict(new.chains))
+                     dict(new.chains), dict(new.sets))
 
 
 def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
@@ -311,10 +385,12 @@ def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
     cmds += [{"delete": {"chain": _obj(table, c)}} for c in sorted(now.chains - set(new.chains))]
     cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
              for n, c in sorted(new.counters.items())]
+    cmds += _peer_set_cmds(table, new.sets, None)
     for name, body in sorted(new.chains.items()):
         cmds += _chain_cmds(table, name, body)
     cmds += _element_cmds("add", table, new.elements.items(), new.policed)
-    # last: the rules that counted into them are gone by now
+    # last: the rules that counted into them or matched them are gone by now
+    cmds += _set_deletions(table, set(now.sets) - set(new.sets))
     cmds += [{"delete": {"counter": _obj(table, n)}}
              for n in sorted(now.counters - set(new.counters))]
     return cmds
@@ -327,14 +403,16 @@ def changes(table: str, now: Installed, new: Rendered, *, with_base: bool = True
     cmds = base(table) if with_base else []
     cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
              for n, c in sorted(new.counters.items()) if n not in now.counters]
+    cmds += _peer_set_cmds(table, new.sets, now.sets)  # a peer change: elements only
     for name, body in sorted(new.chains.items()):
         cmds += _chain_cmds(table, name, body, now)
     stale = {e: c for e, c in now.elements.items() if new.elements.get(e) != c}
     cmds += _element_cmds("delete", table, stale.items(), now.policed - new.policed)
     fresh = {e: c for e, c in new.elements.items() if now.elements.get(e) != c}
     cmds += _element_cmds("add", table, fresh.items(), new.policed - now.policed)
-    # after the elements: nothing refers to these chains, then no rule to these counters
+    # after the elements: nothing refers to these chains, then no rule to these sets and counters
     cmds += [{"delete": {"chain": _obj(table, c)}} for c in sorted(now.chains - set(new.chains))]
+    cmds += _set_deletions(table, set(now.sets) - set(new.sets))
     cmds += [{"delete": {"counter": _obj(table, n)}}
              for n in sorted(now.counters - set(new.counters))]
     return cmds
@@ -344,8 +422,10 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
         new: Rendered, *, with_base: bool = True) -> tuple[list[Cmd], Installed]:
     """One transaction that makes one pod's objects exactly `new` (its render alone; empty:
     the pod goes or is isolated in no direction), touching no other pod's objects except the
-    map elements of the pod's `addresses` (one another pod held before: the new owner wins).
-    `with_base` False: the base objects are known to be in place, and left alone."""
+    map elements of the pod's `addresses` (one another pod held before: the new owner wins)
+    and the members of the peer sets its rules name (made what its compilation says, which is
+    no older than the last full one). A set no chain names any more stays until the next
+    full apply. `with_base` False: the base objects are known to be in place, and left alone."""
     cmds = base(table) if with_base else []
     claimed = set(addresses)
     stale = {e: c for e, c in now.elements.items() if e[1] in claimed or owned_by(key, c)}
@@ -358,6 +438,7 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
              for c in sorted(mine_chains - set(new.chains))]
     cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
              for n, c in sorted(new.counters.items())]
+    cmds += _peer_set_cmds(table, new.sets, now.sets)
     for name, body in sorted(new.chains.items()):
         cmds += _chain_cmds(table, name, body, now)
     cmds += _element_cmds("add", table, new.elements.items(), new.policed - now.policed)
@@ -368,7 +449,7 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
                       {e: c for e, c in now.elements.items() if e not in stale} | new.elements,
                       (now.policed - unpoliced) | new.policed,
                       {c: b for c, b in now.bodies.items() if c not in mine_chains}
-                      | new.chains)
+                      | new.chains, now.sets | new.sets)
     return cmds, after
 
 
@@ -380,5 +461,6 @@ def removal(table: str, now: Installed) -> list[Cmd]:
     for kind, body in _containers(table):
         cmds += [{"add": {kind: body}}, {"delete": {kind: body}}]
     cmds += [{"delete": {"chain": _obj(table, c)}} for c in sorted(now.chains)]
+    cmds += _set_deletions(table, now.sets)
     cmds += [{"delete": {"counter": _obj(table, n)}} for n in sorted(now.counters)]
     return cmds

@@ -298,6 +298,10 @@ class NftPolicy:
                     now.elements[(name, _address(address))] = verdict["jump"]["target"]
             elif kind == "set" and name in sets:
                 now.policed.update(_address(a) for a in body.get("elem", ()))
+            elif kind == "set" and name.startswith(render.PEER_SET):
+                # plain addresses; anything else makes the next diff fail and rewrite all
+                now.sets[name] = frozenset(_address(a) for a in body.get("elem", ())
+                                           if isinstance(a, str))
         self._now = now
         return now, values
 
