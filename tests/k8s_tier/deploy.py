@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     removes the agent (DaemonSet, ConfigMap) again, and for the kernel dataplane what its agent
     leaves on the nodes (as the tier does before the VPP run). The cluster, its nodes and the VPP
     socket come from the tier's environment (conftest.py); this is how the upstream e2e tests
-    get the project."""
+    get the project. Without the kustomize of `make setup` it stops before touching the cluster,
+    saying so."""
     from tests.k8s_tier import conftest  # the tier's environment, read once
     from tests.k8s_tier.tier import find_nodes
 
@@ -199,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["apply", "delete"])
     parser.add_argument("--dataplane", choices=["kernel", "vpp"], required=True)
     args = parser.parse_args(argv)
+    try:  # both actions render k8s/base first; a traceback would hide what to do
+        kustomize.binary()
+    except kustomize.KustomizeError as e:
+        print(e, file=sys.stderr)
+        return 2
     if not conftest.KUBECONFIG:
         print("VSWITCH_TEST_KUBECONFIG is not set", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ PKI=$CLUSTER_STATE/pki KUBECONFIG_FILE=$CLUSTER_STATE/kubeconfig
 [ -e "$KUBECONFIG_FILE" ] || { echo "no cluster: $KUBECONFIG_FILE is missing (node-up.sh)" >&2; exit 1; }
 # shellcheck source=tests/k8s_tier/node-lib.sh
 . "$(dirname "$0")/node-lib.sh"
+kube_bin_check kubelet kube-proxy kubectl
 [ -e "/var/run/netns/$FABRIC" ] || { echo "no fabric namespace $FABRIC (node-up.sh)" >&2; exit 1; }
 mkdir -p "$LOGS" "$RUNDIR"
 

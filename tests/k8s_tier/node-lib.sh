@@ -21,6 +21,28 @@ MNT=$RUNDIR/ns/mnt UTS=$RUNDIR/ns/uts
 LOGS=$STATE/logs
 
 in_ns() { nsenter --net="/var/run/netns/$NS" "$@"; }
+
+kube_bin_check() {  # binaries: said before anything is set up when KUBE_BIN lacks one, or
+    # when its kubectl is of another release than its kubelet (Debian 12's own kubectl, 1.20, is
+    # too old for the cluster)
+    local b missing="" want have
+    for b in "$@"; do [ -x "$KUBE_BIN/$b" ] || missing="$missing $b"; done
+    if [ -n "$missing" ]; then
+        echo "KUBE_BIN ($KUBE_BIN) lacks:$missing. Build each in the Kubernetes source tree of" \
+            "the cluster's release (v1.28 here), the same tree for all: \`make WHAT=cmd/<name>\`" \
+            "puts it in _output/bin (docs/k8s-tier.md, \"Running it\")" >&2
+        return 1
+    fi
+    want=$("$KUBE_BIN/kubelet" --version 2>/dev/null | grep -o 'v[0-9]*\.[0-9]*' | head -1) || true
+    have=$("$KUBE_BIN/kubectl" version --client -o json 2>/dev/null |
+        grep -o '"gitVersion": *"v[0-9]*\.[0-9]*' | grep -o 'v[0-9.]*$') || true
+    if [ -z "$want" ] || [ "$want" != "$have" ]; then
+        echo "$KUBE_BIN/kubectl is ${have:-of no release it names}, its kubelet ${want:-of none}:" \
+            "build kubectl in the kubelet's Kubernetes tree (\`make WHAT=cmd/kubectl\`)" >&2
+        return 1
+    fi
+}
+
 start() {  # name, command...: runs it in the node's namespaces, logs and pid under STATE/RUNDIR
     local name=$1; shift
     setsid nsenter --mount="$MNT" --uts="$UTS" --net="/var/run/netns/$NS" "$@" \

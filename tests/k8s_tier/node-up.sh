@@ -6,7 +6,8 @@
 #
 # Usage: KUBE_BIN=DIR tests/k8s_tier/node-up.sh        stop: tests/k8s_tier/node-down.sh
 #   KUBE_BIN  holds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
-#             and kubectl (v1.28 was used, see docs/k8s-tier.md)
+#             and kubectl, all of one release (v1.28 was used), e.g. a Kubernetes source tree's
+#             _output/bin after `make WHAT=cmd/<name>` for each (docs/k8s-tier.md); checked first
 # Env (defaults): NODE_NETNS (vswk8s), NODE_IP (192.168.16.1), STATE (/var/lib/vswitch-k8s),
 #   RUNDIR (/run/vswk8s), FABRIC_NETNS (vswk8s-fab). Needs etcd, containerd 1.6, runc, openssl
 #   on the machine, and Debian's /usr/lib/cni/{loopback,portmap} (copied into the node's
@@ -22,6 +23,7 @@ STATE=${STATE:-/var/lib/vswitch-k8s} RUNDIR=${RUNDIR:-/run/vswk8s}
 NODE=$NS-node PKI=$STATE/pki KUBECONFIG_FILE=$STATE/kubeconfig
 # shellcheck source=tests/k8s_tier/node-lib.sh
 . "$(dirname "$0")/node-lib.sh"
+kube_bin_check kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
 mkdir -p "$PKI" "$LOGS" "$RUNDIR"
 
 fabric_up

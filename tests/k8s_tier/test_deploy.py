@@ -4,15 +4,19 @@ Test plan: the VPP socket's directory becomes the agent's /run/vpp hostPath; wit
 (one VPP per node) the hostPath is the part before it and the agent mounts its node's own
 subdirectory (subPathExpr on the node name the DaemonSet gives it), the socket's file name goes
 into the config; the workload's pods are pinned to the tier's nodes and spread over them
-(a cordoned node not counted), with a NodePort and a hairpin Service per node.
+(a cordoned node not counted), with a NodePort and a hairpin Service per node; `deploy` by hand
+without the kustomize of `make setup` stops at once and says to run it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from tests.k8s import kustomize
 from tests.k8s_tier import deploy
 from tests.k8s_tier.kube import Doc
 
@@ -69,3 +73,13 @@ def test_the_workload_spreads_over_the_tiers_nodes() -> None:
                              "hairpin-2"}
     assert services["backends-2"]["selector"] == {"app": deploy.APP, deploy.NODE_LABEL: "2"}
     assert services["hairpin-1"]["selector"] == {"app": deploy.APP, deploy.HAIRPIN_LABEL: "1"}
+
+
+def test_deploy_by_hand_without_kustomize_says_to_run_make_setup(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(kustomize, "BINARY", tmp_path / "kustomize")
+    for action in ("apply", "delete"):
+        assert deploy.main([action, "--dataplane", "kernel"]) == 2
+        err = capsys.readouterr().err
+        assert "kustomize is missing: run `make setup`" in err and "Traceback" not in err
