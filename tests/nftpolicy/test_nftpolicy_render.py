@@ -28,8 +28,9 @@ import ipaddress
 import json
 from typing import Any
 
-from agent.linux.nftpolicy import render
-from agent.linux.nftpolicy.render import Installed, PodRules
+from agent.linux.nftpolicy import render, transactions
+from agent.linux.nftpolicy.render import PodRules
+from agent.linux.nftpolicy.transactions import Installed
 from agent.linux.nftpolicy.verdict import Flow, allowed, owners, widens
 from agent.linux.nftpolicy.views import Count, meanings, pod_view
 from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
@@ -140,7 +141,7 @@ def test_names_are_short_stable_and_per_pod() -> None:
 
 
 def test_the_base_chain_accepts_established_then_egress_then_ingress() -> None:
-    cmds = render.base("vswitch-cni")
+    cmds = transactions.base("vswitch-cni")
     rules_ = [c["add"]["rule"]["expr"] for c in cmds if "rule" in c.get("add", {})]
     assert rules_[0][-1] == {"accept": None} and "established" in json.dumps(rules_[0])
     assert all(r[-1] == {"drop": None} and '"syn"' in json.dumps(r) for r in rules_[1:5])
@@ -164,7 +165,7 @@ def test_a_full_transaction_orders_its_deletes_and_keeps_counters() -> None:
     old = render.render({A: rules(ingress=web()), B: rules(ingress=web(), addresses=ADDR_B,
                                                             key=B)})
     new = render.render({A: rules(ingress=web())})
-    ops = _ops(render.full("vswitch-cni", render.installed(old), new))
+    ops = _ops(transactions.full("vswitch-cni", transactions.installed(old), new))
     flush_maps = max(i for i, o in enumerate(ops) if o[:2] == ("flush", "map"))
     delete_b = ops.index(("delete", "chain", render.chain_name(B, "ingress")))
     assert flush_maps < delete_b
@@ -178,11 +179,11 @@ def test_a_full_transaction_orders_its_deletes_and_keeps_counters() -> None:
 
 def test_a_diff_transaction_touches_only_what_changed() -> None:
     both = {A: rules(ingress=web()), B: rules(ingress=web(), addresses=ADDR_B, key=B)}
-    now = render.installed(render.render(both))
-    assert render.changes("vswitch-cni", now, render.render(both), with_base=False) == []
+    now = transactions.installed(render.render(both))
+    assert transactions.changes("vswitch-cni", now, render.render(both), with_base=False) == []
     # a's peers change: a's chain alone is rewritten (add, flush, its rules), no element moves
     narrower = DirectionRules(True, web().rules[:1])
-    ops = _ops(render.changes("vswitch-cni", now, render.render(
+    ops = _ops(transactions.changes("vswitch-cni", now, render.render(
         {**both, A: rules(ingress=narrower)}), with_base=False))
     a_in, b_in = render.chain_name(A, "ingress"), render.chain_name(B, "ingress")
     assert ("flush", "chain", a_in) in ops and not any(o[2] == b_in for o in ops)
@@ -192,7 +193,7 @@ def test_a_diff_transaction_touches_only_what_changed() -> None:
     # b goes; a takes b's IPv4 address: b's element is deleted before a's is added, b's chain
     # after its elements, its counters last
     moved = render.render({A: rules(ingress=web(), addresses=(*ADDR_A, *ADDR_B))})
-    cmds = render.changes("vswitch-cni", now, moved, with_base=False)
+    cmds = transactions.changes("vswitch-cni", now, moved, with_base=False)
     ops = _ops(cmds)
     elements = [(op, e) for c in cmds for op, body in c.items() if "element" in body
                 for e in body["element"]["elem"] if body["element"]["name"] == "policy-ingress4"]
@@ -203,15 +204,15 @@ def test_a_diff_transaction_touches_only_what_changed() -> None:
     assert ("flush", "chain", a_in) in ops  # a's own addresses are exempt in its chain
     # a chain known by name only (read from the kernel) is rewritten; with_base adds the base
     read = Installed(set(now.chains), set(now.counters), dict(now.elements), set(now.policed))
-    ops = _ops(render.changes("vswitch-cni", read, render.render(both)))
+    ops = _ops(transactions.changes("vswitch-cni", read, render.render(both)))
     assert {o[2] for o in ops if o[:2] == ("flush", "chain")} == {render.BASE, a_in, b_in}
 
 
 def test_a_pod_transaction_touches_that_pod_and_its_addresses_only() -> None:
     both = {A: rules(ingress=web()), B: rules(ingress=web(), addresses=ADDR_B, key=B)}
-    now = render.installed(render.render(both))
+    now = transactions.installed(render.render(both))
     # b is re-added with a's old IPv4 address and without isolation
-    cmds, after = render.pod("vswitch-cni", B, (ADDR_A[0],), now, render.Rendered())
+    cmds, after = transactions.pod("vswitch-cni", B, (ADDR_A[0],), now, render.Rendered())
     ops = _ops(cmds)
     assert ("delete", "chain", render.chain_name(B, "ingress")) in ops
     assert not any(o[0] == "delete" and o[2] == render.chain_name(A, "ingress") for o in ops)
@@ -220,7 +221,7 @@ def test_a_pod_transaction_touches_that_pod_and_its_addresses_only() -> None:
         ("policy-ingress4", "10.0.0.5"), ("policy-ingress4", "10.0.0.6"),
         ("policy-pods4", "10.0.0.5"), ("policy-pods4", "10.0.0.6")}
     assert ("flush", "chain", render.BASE) in ops  # the base objects, by default
-    without = _ops(render.pod("vswitch-cni", B, (ADDR_A[0],), now, render.Rendered(),
+    without = _ops(transactions.pod("vswitch-cni", B, (ADDR_A[0],), now, render.Rendered(),
                               with_base=False)[0])
     assert without == [o for o in ops if o[2] not in (render.BASE, "vswitch-cni")
                        and o[1] not in ("map", "set")]
@@ -231,7 +232,7 @@ def test_a_pod_transaction_touches_that_pod_and_its_addresses_only() -> None:
 
 def test_removal_deletes_every_policy_object_even_when_absent() -> None:
     now = Installed({render.chain_name(A, "egress")}, {render.drop_counter(A, "egress")})
-    ops = _ops(render.removal("vswitch-cni", now))
+    ops = _ops(transactions.removal("vswitch-cni", now))
     assert ("delete", "chain", render.BASE) in ops and ("add", "chain", render.BASE) in ops
     assert ops[-1] == ("delete", "counter", render.drop_counter(A, "egress"))
 

@@ -29,8 +29,9 @@ from typing import Any
 from agent.infra.loops import SupervisedLoop
 from agent.linux.netns import enter_netns, own_netns_fd
 from agent.linux.nft import NftError, run, table_lock
-from agent.linux.nftpolicy import conntrack, render
-from agent.linux.nftpolicy.render import DIRECTIONS, Dir, Installed, PodRules
+from agent.linux.nftpolicy import conntrack, render, transactions
+from agent.linux.nftpolicy.render import DIRECTIONS, Dir, PodRules
+from agent.linux.nftpolicy.transactions import Installed
 from agent.linux.nftpolicy.verdict import allowed, owners, widens
 from agent.linux.nftpolicy.views import Count, Counters, PodView, meanings, pod_view
 from policy import PodKey
@@ -91,7 +92,7 @@ class NftPolicy:
             if cmds is None:  # the kernel's state, read, then everything rewritten
                 now, values = self._read()
                 retired = self._retiring(values, now.counters - set(new.counters))
-                cmds = render.full(self.table, now, new)
+                cmds = transactions.full(self.table, now, new)
                 run(cmds)
                 self._verified = time.monotonic()
                 self._retired = retired
@@ -99,7 +100,7 @@ class NftPolicy:
             # a pod whose change allows more keeps its connections: swept are the others'
             changed = [a for key, rules in desired.items() if (old := self._pods.get(key)) != rules
                        and (old is None or not widens(old, rules)) for a in rules.addresses]
-            self._now, self._pods = render.installed(new), dict(desired)
+            self._now, self._pods = transactions.installed(new), dict(desired)
             return Applied(len(cmds), self._sweep(changed))
 
     def apply_pod(self, key: PodKey, rules: PodRules) -> Applied:
@@ -127,7 +128,7 @@ class NftPolicy:
         else (NAT) is left in it. Pods stop being isolated."""
         with table_lock:
             now, _ = self._read()
-            run(render.removal(self.table, now))
+            run(transactions.removal(self.table, now))
             listed = run([{"list": {"table": {"family": "inet", "name": self.table}}}])
             if not [o for o in listed.get("nftables", ()) if set(o) - {"metainfo", "table"}]:
                 run([{"delete": {"table": {"family": "inet", "name": self.table}}}])
@@ -171,7 +172,8 @@ class NftPolicy:
         gone = {c for c in now.counters if render.owned_by(key, c)} - set(new.counters)
         if gone and key in self._pods:  # counted as soon as read: a failed run rewrites them
             self._retired = self._retiring(self._counter_values(), gone)
-        cmds, after = render.pod(self.table, key, addresses, now, new, with_base=not self._base)
+        cmds, after = transactions.pod(self.table, key, addresses, now, new,
+                                       with_base=not self._base)
         try:
             run(cmds)
         except NftError:
@@ -180,7 +182,7 @@ class NftPolicy:
             # the table changed behind our back (someone deleted it): read it, then all again
             self._base = False
             now, _ = self._read()
-            cmds, after = render.pod(self.table, key, addresses, now, new)
+            cmds, after = transactions.pod(self.table, key, addresses, now, new)
             run(cmds)
         self._now, self._base = after, True
         return cmds
@@ -194,7 +196,7 @@ class NftPolicy:
             return None
         gone = now.counters - set(new.counters)
         retired = self._retiring(self._counter_values(), gone) if gone else self._retired
-        cmds = render.changes(self.table, now, new, with_base=not self._base)
+        cmds = transactions.changes(self.table, now, new, with_base=not self._base)
         if cmds:
             try:
                 run(cmds)
