@@ -19,7 +19,12 @@ Test plan:
 - the verdict: isolation, exemptions, peers, ports and protocols, both ends;
 - widening: a peer, a wider prefix, a port or a rule more, or isolation lifted cut nothing (no
   sweep); a peer or port fewer, isolation added, other addresses or exemptions fewer may;
-- views: the counters' meanings, a pod's view.
+- views: the counters' meanings, a pod's view;
+- shared rules: each selector a named set per IP version (both, even without members), the
+  chain's rules name it (one rule per set) beside the static CIDRs, never a member; a change of
+  members is element commands on those sets only; a set is added before the first rule naming
+  it (full, diff and per-pod transactions) and deleted after the last one went; removal
+  deletes the sets.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from agent.linux.nftpolicy.transactions import Installed
 from agent.linux.nftpolicy.verdict import Flow, allowed, owners, widens
 from agent.linux.nftpolicy.views import Count, meanings, pod_view
 from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
-from policy.rules import OPEN
+from policy.rules import OPEN, PeerSet, SetRule
 
 A, B = PodKey("t", "a"), PodKey("t", "b")
 NODE = (ipaddress.ip_address("192.168.0.1"),)
@@ -292,3 +297,45 @@ def test_a_change_that_only_allows_more_needs_no_sweep() -> None:
         assert not widens(base, narrower)
     assert not widens(rules(), base)  # isolation added
     assert not widens(more_peers, base) and not widens(all_ports, base)
+
+
+def shared(*members: str, static: tuple[Any, ...] = ()) -> DirectionRules:
+    """Ingress from one selector's pods (`members`) and `static` CIDRs, TCP 80."""
+    peers = PeerSet("5e1ec7", tuple(ipaddress.ip_address(m) for m in members))
+    ports = (PortRange("TCP", 80, 80),)
+    return DirectionRules(True, (), (SetRule((peers,), static, ports, ("t/p",)),))
+
+
+def test_shared_rules_name_each_selectors_set_and_a_member_change_is_elements_only() -> None:
+    v4, v6 = render.peer_set_name("5e1ec7", 4), render.peer_set_name("5e1ec7", 6)
+    out = render.render({A: rules(ingress=shared("10.0.0.9", static=NETS[:1])),
+                         B: rules(ingress=shared("10.0.0.9"), addresses=ADDR_B, key=B)})
+    assert out.sets == {v4: {ipaddress.ip_address("10.0.0.9")}, v6: set()}
+    text = chain(out, A, "ingress")
+    assert [t.count(f'"@{v4}"') for t in text].count(1) == 1
+    assert [t.count(f'"@{v6}"') for t in text].count(1) == 1  # no member yet: the rule stands
+    assert any('"10.1.0.0"' in t for t in text)  # the static CIDR, inline
+    assert not any("10.0.0.9" in t for t in text)  # members live in the set only
+    now = transactions.installed(out)
+    grown = render.render({A: rules(ingress=shared("10.0.0.9", "fd00::9", static=NETS[:1])),
+                           B: rules(ingress=shared("10.0.0.9", "fd00::9"), addresses=ADDR_B,
+                                    key=B)})
+    cmds = transactions.changes("vswitch-cni", now, grown, with_base=False)
+    assert cmds == [{"add": {"element": {"family": "inet", "table": "vswitch-cni", "name": v6,
+                                         "elem": ["fd00::9"]}}}]
+    # a chain that names a new set: the set first; the set no chain names: after the chains
+    fresh = render.render({A: rules(ingress=web())})
+    ops = _ops(transactions.changes("vswitch-cni", now, fresh, with_base=False))
+    a_in = render.chain_name(A, "ingress")
+    assert ops.index(("delete", "set", v4)) > ops.index(("flush", "chain", a_in))
+    assert ops.index(("delete", "set", v4)) > ops.index(("delete", "chain",
+                                                         render.chain_name(B, "ingress")))
+    for cmds in (transactions.full("vswitch-cni", Installed(), out),
+                 transactions.pod("vswitch-cni", A, ADDR_A, Installed(), out)[0]):
+        ops = _ops(cmds)
+        assert ops.index(("add", "set", v4)) < ops.index(("add", "rule", a_in))
+        assert ("add", "element", v4) in ops
+    _, after = transactions.pod("vswitch-cni", A, ADDR_A, Installed(), out)
+    assert after.sets == out.sets
+    assert {o for o in _ops(transactions.removal("vswitch-cni", now)) if o[1] == "set"} >= \
+        {("delete", "set", v4), ("delete", "set", v6)}
