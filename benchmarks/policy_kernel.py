@@ -10,6 +10,9 @@ nodes; the busiest node's pods (about 110) compiled by `policy.compile_policies(
 Measured, in a fresh node namespace:
 - apply, all pods: into an empty table; again unchanged; with one policy fewer;
 - apply_pod (a CNI ADD's share) of one pod, and remove_pod, `--runs` times each;
+- a peer change: a pod on another node, of a namespace with pods on this one and the labels of
+  one of its pods, comes and goes (`--runs` applies of the node with it and without it): the
+  apply's time and nftables commands;
 - per packet: pod a -> pod b through the kernel dataplane, without policy and with the whole
   node's rules loaded and b isolated by the busiest pod's rules plus a last rule allowing a:
   single-stream TCP throughput (iperf3, 3 s), ping RTT (50 pings 10 ms apart), and new TCP
@@ -65,15 +68,29 @@ def _ms(fn: Callable[[], Any], runs: int) -> Summary:
     return Summary.of(times, "ms")
 
 
-def node_rules(n_pods: int, n_policies: int) -> tuple[dict[PodKey, PodRules], list[Any]]:
+Desired = dict[PodKey, PodRules]
+
+
+def node_rules(n_pods: int, n_policies: int) -> tuple[Desired, Desired, list[Any]]:
+    """The busiest node's rules; the same with one more pod on another node (a peer of the
+    node's pods: a copy of one of them, elsewhere, with an address of its own); the policies."""
     namespaces, pods, policies = cluster(n_pods, n_policies)
     busiest = Counter(p["spec"]["nodeName"] for p in pods).most_common(1)[0][0]
-    mpods = [pod_from_k8s(p) for p in pods]
+    local = next(p for p in pods if p["spec"]["nodeName"] == busiest
+                 and p["metadata"]["namespace"] != "kube-system")
+    joining = json.loads(json.dumps(local))
+    joining["metadata"]["name"] = "joining-0"
+    joining["spec"]["nodeName"] = "node-elsewhere"
+    joining["status"]["podIPs"] = [{"ip": "10.250.0.2"}]
     mns, mpol = [namespace_from_k8s(n) for n in namespaces], [policy_from_k8s(p) for p in policies]
     node_ip = {busiest: [ipaddress.ip_address("192.168.100.1")]}
-    compiled = compile_policies(mpods, mns, mpol, sctp=True, node=busiest, node_addresses=node_ip)
-    by_key = {p.key: p for p in mpods}
-    return ({k: PodRules(v, by_key[k].ips) for k, v in compiled.pods.items()}, mpol)
+
+    def compiled(objs: list[Any]) -> Desired:
+        mpods = [pod_from_k8s(p) for p in objs]
+        by_key = {p.key: p for p in mpods}
+        got = compile_policies(mpods, mns, mpol, sctp=True, node=busiest, node_addresses=node_ip)
+        return {k: PodRules(v, by_key[k].ips) for k, v in got.pods.items()}
+    return compiled(pods), compiled([*pods, joining]), mpol
 
 
 def _connect_rate(src: str, addr: str, port: int, seconds: float = 2.0) -> float:
@@ -130,7 +147,7 @@ def _traffic(a: str, b: str, b_addr: str) -> dict[str, float]:
 
 
 def run(n_pods: int, n_policies: int, runs: int) -> dict[str, Any]:
-    desired, policies = node_rules(n_pods, n_policies)
+    desired, joined, policies = node_rules(n_pods, n_policies)
     chains = sum(d.isolated for r in desired.values() for d in (r.policy.ingress,
                                                                 r.policy.egress))
     out: dict[str, Any] = {"pods": len(desired), "isolated_directions": chains}
@@ -143,12 +160,22 @@ def run(n_pods: int, n_policies: int, runs: int) -> dict[str, Any]:
         out["apply_first_ms"] = (time.perf_counter() - start) * 1000
         out["commands"] = first.commands
         out["apply_same"] = _ms(lambda: renderer.apply(desired), 5).to_json()
-        dropped = policies[0].namespace + "/" + policies[0].name
+        # the policy most of the node's rules come from (the first policy is a default deny:
+        # it has no rule, and leaving it out changed nothing)
+        dropped = Counter(p for r in desired.values() for d in (r.policy.ingress,
+                                                                r.policy.egress)
+                          for rule in d.rules for p in rule.policies).most_common(1)[0][0]
+        out["dropped_policy"] = dropped
         fewer = {k: dataclasses.replace(v, policy=dataclasses.replace(
             v.policy, ingress=_without(v.policy.ingress, dropped),
             egress=_without(v.policy.egress, dropped))) for k, v in desired.items()}
         out["apply_changed"] = _ms(lambda: (renderer.apply(fewer), renderer.apply(desired)),
                                    3).to_json()
+        commands: list[int] = []
+        out["peer_change"] = _ms(lambda: commands.extend(
+            (renderer.apply(joined).commands, renderer.apply(desired).commands)), runs).to_json()
+        out["peer_change_commands"] = max(commands)
+        out["peer_change_chains"] = sum(joined[k] != v for k, v in desired.items())
         key, rules = max(desired.items(), key=lambda kv: len(kv[1].policy.ingress.rules))
         out["apply_pod"] = _ms(lambda: (renderer.remove_pod(key),
                                         renderer.apply_pod(key, rules)), runs).to_json()
@@ -176,7 +203,10 @@ def run(n_pods: int, n_policies: int, runs: int) -> dict[str, Any]:
 
 def _without(spec: DirectionRules, policy: str) -> DirectionRules:
     kept = tuple(r for r in spec.rules if policy not in r.policies)
-    return DirectionRules(spec.isolated, kept)
+    if spec.shared is None:
+        return DirectionRules(spec.isolated, kept)
+    return DirectionRules(spec.isolated, kept,
+                          tuple(r for r in spec.shared if policy not in r.policies))
 
 
 def section(f: dict[str, Any], command: str) -> str:
@@ -194,8 +224,12 @@ def section(f: dict[str, Any], command: str) -> str:
         "| change | time |", "| --- | --- |",
         f"| apply, all pods, into an empty table | {f['apply_first_ms']:.1f} ms |",
         f"| apply, all pods, unchanged | {med('apply_same')} |",
-        f"| apply, all pods, one policy fewer then back (two applies) | {med('apply_changed')} |",
-        f"| remove_pod + apply_pod of the busiest pod | {med('apply_pod')} |", "",
+        f"| apply, all pods, one policy fewer ({f['dropped_policy']}) then back (two applies) "
+        f"| {med('apply_changed')} |",
+        f"| remove_pod + apply_pod of the busiest pod | {med('apply_pod')} |",
+        f"| a peer joins then leaves (two applies; {f['peer_change_chains']} of the node's "
+        f"pods' rules name it; at most {f['peer_change_commands']} commands per apply) | "
+        f"{med('peer_change')} |", "",
         "Pod a -> pod b through the kernel dataplane, the node's rules loaded in both rows (so "
         "conntrack is on in both); without: a and b not isolated; with: b isolated by the "
         "busiest pod's rules and a last rule allowing a (so a new connection "

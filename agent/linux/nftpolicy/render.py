@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -195,7 +195,7 @@ def _peer_matches(spec: DirectionRules, out: Rendered) -> _Matches:
             refs: list[object] = []
             for peer_set in shared.sets:
                 name = peer_set_name(peer_set.name, version)
-                out.sets[name] = frozenset(a for a in peer_set.members if a.version == version)
+                out.sets[name] = peer_set.by_version[version]
                 refs.append(f"@{name}")
             static = [_elem(n) for n in shared.static if n.version == version]
             per_version[version] = [*refs, {"set": static}]
@@ -243,10 +243,28 @@ def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> N
 
 def render(desired: Mapping[PodKey, PodRules]) -> Rendered:
     """The objects of every pod in `desired`: a chain per isolated direction, its counters,
-    the map elements that send the pod's addresses there."""
+    the map elements that send the pod's addresses there, the peer sets its chains name."""
+    return merge(render_pod(key, rules) for key, rules in sorted(desired.items()))
+
+
+def render_pod(key: PodKey, rules: PodRules) -> Rendered:
+    """One pod's objects (what `render` gives for it alone)."""
     out = Rendered()
-    for key, rules in sorted(desired.items()):
-        for direction in DIRECTIONS:
-            if getattr(rules.policy, direction).isolated:
-                _pod_chain(key, rules, direction, out)
+    for direction in DIRECTIONS:
+        if getattr(rules.policy, direction).isolated:
+            _pod_chain(key, rules, direction, out)
+    return out
+
+
+def merge(parts: Iterable[Rendered]) -> Rendered:
+    """Pods' objects together; a later pod's map element for an address wins. Pods of one
+    compilation agree on the members of a set they both name."""
+    out = Rendered()
+    for part in parts:
+        out.chains.update(part.chains)
+        out.counters.update(part.counters)
+        out.elements.update(part.elements)
+        out.policed.update(part.policed)
+        out.sets.update(part.sets)
+    return out
     return out

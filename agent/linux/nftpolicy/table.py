@@ -77,6 +77,9 @@ class NftPolicy:
         self._now: Installed | None = None  # None: not read from the kernel yet
         self._base = False  # the base chain, maps and sets known to be in place
         self._retired: dict[str, Count] = {}  # allow counts of deleted counters, per policy
+        # each pod's objects as last rendered, with the rules they came from: rendering is a
+        # function of (key, rules), so a pod whose rules are unchanged is not rendered again
+        self._rendered: dict[PodKey, tuple[PodRules, render.Rendered]] = {}
 
     # --- changes -------------------------------------------------------------------------
 
@@ -87,7 +90,7 @@ class NftPolicy:
         with table_lock:
             if desired == self._pods and not self._verify_due():
                 return Applied(0, 0)  # what is installed already (not even rendered again)
-            new = render.render(desired)
+            new = self._render(desired)
             cmds = self._diff(new)
             if cmds is None:  # the kernel's state, read, then everything rewritten
                 now, values = self._read()
@@ -108,7 +111,7 @@ class NftPolicy:
         (a CNI ADD calls it before answering: the pod is isolated from its first packet)."""
         with table_lock:
             previous = self._pods.get(key)
-            cmds = self._pod(key, rules.addresses, render.render({key: rules}))
+            cmds = self._pod(key, rules.addresses, self._render({key: rules}, prune=False))
             self._pods[key] = rules
             # a new pod has no connections yet: the ADD path does not pay for a sweep
             swept = 0 if previous is None or widens(previous, rules) \
@@ -119,6 +122,7 @@ class NftPolicy:
         """Removes one pod's chains, map elements and counters (the pod is gone)."""
         with table_lock:
             previous = self._pods.pop(key, None)
+            self._rendered.pop(key, None)
             addresses = previous.addresses if previous is not None else ()
             cmds = self._pod(key, addresses, render.Rendered())
             return Applied(len(cmds), 0)
@@ -133,6 +137,7 @@ class NftPolicy:
             if not [o for o in listed.get("nftables", ()) if set(o) - {"metainfo", "table"}]:
                 run([{"delete": {"table": {"family": "inet", "name": self.table}}}])
             self._now, self._pods, self._retired, self._base = Installed(), {}, {}, False
+            self._rendered = {}
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -163,6 +168,22 @@ class NftPolicy:
             return frozenset(self._pods)
 
     # --- inside ---------------------------------------------------------------------------
+
+    def _render(self, desired: Mapping[PodKey, PodRules], prune: bool = True
+                ) -> render.Rendered:
+        """`render.render(desired)`, rendering again only the pods whose rules changed (a
+        peer change changes a set's members in many pods' rules: those are rendered again,
+        each set's members split by IP version once). `prune`: forget the pods not in
+        `desired` (a full apply's)."""
+        parts = []
+        for key, rules in sorted(desired.items()):
+            done = self._rendered.get(key)
+            if done is None or done[0] != rules:
+                done = self._rendered[key] = (rules, render.render_pod(key, rules))
+            parts.append(done[1])
+        if prune:
+            self._rendered = {k: v for k, v in self._rendered.items() if k in desired}
+        return render.merge(parts)
 
     def _pod(self, key: PodKey, addresses: tuple[IPAddress, ...], new: render.Rendered
              ) -> list[dict[str, Any]]:

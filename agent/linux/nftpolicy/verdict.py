@@ -94,6 +94,23 @@ def widens(old: PodRules, new: PodRules) -> bool:
                           (old.policy.egress, new.policy.egress)):
         if not after.isolated:
             continue
-        if not before.isolated or not all(_rule_within(r, after.rules) for r in before.rules):
+        if not before.isolated:
+            return False
+        if not _members_grew(before, after) and \
+                not all(_rule_within(r, after.rules) for r in before.rules):
+            return False
+    return True
+
+
+def _members_grew(before: DirectionRules, after: DirectionRules) -> bool:
+    """The shared rules of one shape, every set's members a superset of what they were: a
+    peer that joined a selector (the common change, checked without address arithmetic)."""
+    if before.shared is None or after.shared is None or len(before.shared) != len(after.shared):
+        return False
+    for old, new in zip(before.shared, after.shared, strict=True):
+        if (old.static, old.ports, [s.name for s in old.sets]) != \
+                (new.static, new.ports, [s.name for s in new.sets]):
+            return False
+        if not all(a.points <= b.points for a, b in zip(old.sets, new.sets, strict=True)):
             return False
     return True
