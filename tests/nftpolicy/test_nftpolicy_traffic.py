@@ -17,7 +17,8 @@ IPv6; policies compiled by `policy.compile_policies`):
   remove_pod lifts it; the time of apply_pod is measured;
 - counters: allowed packets per policy and drops per pod move with the traffic;
 - a full apply replaces everything at once: a pod left out loses its chains, kept counters keep
-  their counts, remove() leaves nothing of the policy;
+  their counts, remove() leaves nothing of the policy; a removed pod's allow counter is left
+  idle (no counter read on a DEL), still counted, until a repairing apply retires it;
 - a full apply changes only what changed (nothing: no command; one pod's policy: that pod's
   chain alone, the other's rule handles stay), and repairs a table changed by hand: at once when
   a change's diff fails (the table deleted), at the next read (`verify_every`) otherwise;
@@ -237,6 +238,16 @@ def test_a_full_apply_replaces_everything_and_remove_leaves_nothing(
     after = ruleset(node.path)
     assert {c for c in after["chain"] if c.startswith("policy-pod-")} < chains
     assert renderer.counters().allowed["t/both"] == before  # kept, not reset
+    # b goes: its counter of t/both stays (idle, not read on the DEL) and still counts; the
+    # next repairing apply reads it, keeps its value and deletes it
+    counter = render.allow_counter(key("b"), "ingress", "t/both")
+    renderer.remove_pod(key("b"))
+    assert counter in ruleset(node.path)["counter"]
+    assert renderer.counters().allowed["t/both"] == before
+    renderer.verify_every = 0
+    renderer.apply(node.desired(both, names=("a", "c")))
+    assert counter not in ruleset(node.path).get("counter", {})
+    assert renderer.counters().allowed["t/both"] == before
     renderer.remove()
     assert ruleset(node.path) == {}
 

@@ -256,6 +256,31 @@ def render_pod(key: PodKey, rules: PodRules) -> Rendered:
     return out
 
 
+def shape(rules: PodRules) -> object:
+    """What a pod's chains, counters and map elements depend on: everything but the members
+    of its peer sets (a peer change leaves it equal: the pod need not be rendered again)."""
+    def direction(spec: DirectionRules) -> object:
+        if spec.shared is None:
+            return spec
+        return spec.isolated, tuple((tuple(s.name for s in r.sets), r.static, r.ports,
+                                     r.policies) for r in spec.shared)
+    return (rules.addresses, rules.judged, rules.policy.pod, rules.policy.node_addresses,
+            direction(rules.policy.ingress), direction(rules.policy.egress))
+
+
+def peer_sets(rules: PodRules) -> dict[str, frozenset[IPAddress]]:
+    """The members of the peer sets a pod's chains name, by set (what `render_pod` puts in
+    `Rendered.sets`)."""
+    out: dict[str, frozenset[IPAddress]] = {}
+    for spec in (rules.policy.ingress, rules.policy.egress):
+        if spec.isolated and spec.shared is not None:
+            for rule in spec.shared:
+                for peer_set in rule.sets:
+                    for version in VERSIONS:
+                        out[peer_set_name(peer_set.name, version)] = peer_set.by_version[version]
+    return out
+
+
 def merge(parts: Iterable[Rendered]) -> Rendered:
     """Pods' objects together; a later pod's map element for an address wins. Pods of one
     compilation agree on the members of a set they both name."""

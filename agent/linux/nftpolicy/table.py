@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,9 +77,15 @@ class NftPolicy:
         self._now: Installed | None = None  # None: not read from the kernel yet
         self._base = False  # the base chain, maps and sets known to be in place
         self._retired: dict[str, Count] = {}  # allow counts of deleted counters, per policy
-        # each pod's objects as last rendered, with the rules they came from: rendering is a
-        # function of (key, rules), so a pod whose rules are unchanged is not rendered again
-        self._rendered: dict[PodKey, tuple[PodRules, render.Rendered]] = {}
+        # Allow counters no rule counts into any more (a pod gone, a policy no longer
+        # allowing), left in the kernel until the next repairing apply reads every value and
+        # deletes them: reading a counter costs libnftables a read of the whole table (about
+        # 0.1 s at a busy node), which a DEL or a diff must not pay. name -> its policy.
+        self._idle: dict[str, str] = {}
+        # each pod's objects as last rendered, with the shape of the rules they came from
+        # (render.shape): a pod whose rules changed only in its peer sets' members (a peer
+        # change) is not rendered again; the sets' members are taken afresh every time
+        self._rendered: dict[PodKey, tuple[object, render.Rendered]] = {}
 
     # --- changes -------------------------------------------------------------------------
 
@@ -98,7 +104,7 @@ class NftPolicy:
                 cmds = transactions.full(self.table, now, new)
                 run(cmds)
                 self._verified = time.monotonic()
-                self._retired = retired
+                self._retired, self._idle = retired, {}
             self._base = True
             # a pod whose change allows more keeps its connections: swept are the others'
             changed = [a for key, rules in desired.items() if (old := self._pods.get(key)) != rules
@@ -119,12 +125,14 @@ class NftPolicy:
             return Applied(len(cmds), swept)
 
     def remove_pod(self, key: PodKey) -> Applied:
-        """Removes one pod's chains, map elements and counters (the pod is gone)."""
+        """Removes one pod's chains and map elements; its allow counters go idle (counted
+        until the next repairing apply retires them: the pod is gone, its counts are not)."""
         with table_lock:
-            previous = self._pods.pop(key, None)
-            self._rendered.pop(key, None)
+            previous = self._pods.get(key)
             addresses = previous.addresses if previous is not None else ()
-            cmds = self._pod(key, addresses, render.Rendered())
+            cmds = self._pod(key, addresses, render.Rendered())  # its counters' meanings known
+            self._pods.pop(key, None)
+            self._rendered.pop(key, None)
             return Applied(len(cmds), 0)
 
     def remove(self) -> None:
@@ -137,7 +145,7 @@ class NftPolicy:
             if not [o for o in listed.get("nftables", ()) if set(o) - {"metainfo", "table"}]:
                 run([{"delete": {"table": {"family": "inet", "name": self.table}}}])
             self._now, self._pods, self._retired, self._base = Installed(), {}, {}, False
-            self._rendered = {}
+            self._rendered, self._idle = {}, {}
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -149,7 +157,9 @@ class NftPolicy:
             values = self._counter_values()
             allowed_by: dict[str, Count] = dict(self._retired)
             dropped: dict[tuple[PodKey, Dir], Count] = {}
-            for name, meaning in meanings(self._pods).items():
+            active = meanings(self._pods)
+            for name, meaning in (*active.items(),
+                                  *((n, p) for n, p in self._idle.items() if n not in active)):
                 value = values.get(name, Count(0, 0))
                 if isinstance(meaning, str):
                     allowed_by[meaning] = allowed_by.get(meaning, Count(0, 0)) + value
@@ -171,19 +181,22 @@ class NftPolicy:
 
     def _render(self, desired: Mapping[PodKey, PodRules], prune: bool = True
                 ) -> render.Rendered:
-        """`render.render(desired)`, rendering again only the pods whose rules changed (a
-        peer change changes a set's members in many pods' rules: those are rendered again,
-        each set's members split by IP version once). `prune`: forget the pods not in
-        `desired` (a full apply's)."""
-        parts = []
+        """`render.render(desired)`, rendering again only the pods whose rules changed in
+        more than their peer sets' members. `prune`: forget the pods not in `desired` (a full
+        apply's)."""
+        parts, sets = [], {}
         for key, rules in sorted(desired.items()):
+            shape = render.shape(rules)
             done = self._rendered.get(key)
-            if done is None or done[0] != rules:
-                done = self._rendered[key] = (rules, render.render_pod(key, rules))
+            if done is None or done[0] != shape:
+                done = self._rendered[key] = (shape, render.render_pod(key, rules))
             parts.append(done[1])
+            sets.update(render.peer_sets(rules))
         if prune:
             self._rendered = {k: v for k, v in self._rendered.items() if k in desired}
-        return render.merge(parts)
+        out = render.merge(parts)
+        out.sets = sets  # a part kept from before holds the members of its time
+        return out
 
     def _pod(self, key: PodKey, addresses: tuple[IPAddress, ...], new: render.Rendered
              ) -> list[dict[str, Any]]:
@@ -191,10 +204,9 @@ class NftPolicy:
         if now is None:
             now, _ = self._read()
         gone = {c for c in now.counters if render.owned_by(key, c)} - set(new.counters)
-        if gone and key in self._pods:  # counted as soon as read: a failed run rewrites them
-            self._retired = self._retiring(self._counter_values(), gone)
+        idle = self._idling(gone, new.counters)
         cmds, after = transactions.pod(self.table, key, addresses, now, new,
-                                       with_base=not self._base)
+                                       with_base=not self._base, delete_counters=False)
         try:
             run(cmds)
         except NftError:
@@ -203,9 +215,10 @@ class NftPolicy:
             # the table changed behind our back (someone deleted it): read it, then all again
             self._base = False
             now, _ = self._read()
-            cmds, after = transactions.pod(self.table, key, addresses, now, new)
+            cmds, after = transactions.pod(self.table, key, addresses, now, new,
+                                           delete_counters=False)
             run(cmds)
-        self._now, self._base = after, True
+        self._now, self._base, self._idle = after, True, idle
         return cmds
 
     def _diff(self, new: render.Rendered) -> list[dict[str, Any]] | None:
@@ -215,9 +228,9 @@ class NftPolicy:
         now = self._now
         if now is None or self._verify_due():
             return None
-        gone = now.counters - set(new.counters)
-        retired = self._retiring(self._counter_values(), gone) if gone else self._retired
-        cmds = transactions.changes(self.table, now, new, with_base=not self._base)
+        idle = self._idling(now.counters - set(new.counters), new.counters)
+        cmds = transactions.changes(self.table, now, new, with_base=not self._base,
+                                    delete_counters=False)
         if cmds:
             try:
                 run(cmds)
@@ -226,17 +239,26 @@ class NftPolicy:
                             "reading it and rewriting every rule", exc)
                 self._base = False
                 return None
-        self._retired = retired
+        self._idle = idle
         return cmds
 
     def _verify_due(self) -> bool:
         return self._now is None or time.monotonic() - self._verified >= self.verify_every
 
+    def _idling(self, names: set[str], wanted: Collection[str]) -> dict[str, str]:
+        """The idle counters once the transaction that stops counting into `names` and
+        counts into `wanted` succeeds (those of `names` that count allows join; one wanted
+        again leaves, and goes on counting from its value)."""
+        meaning = meanings(self._pods) if names else {}
+        idle = {n: p for n, p in self._idle.items() if n not in wanted}
+        idle.update((n, p) for n in names if isinstance(p := meaning.get(n), str))
+        return idle
+
     def _retiring(self, values: Mapping[str, Count], names: set[str]) -> dict[str, Count]:
         """The retired counts once the allow counters `names` are deleted (their last
         values added, per policy); kept when the transaction that deletes them succeeds."""
         retired = dict(self._retired)
-        meaning = meanings(self._pods) if names else {}
+        meaning = {**self._idle, **meanings(self._pods)} if names else {}
         for name in names:
             policy = meaning.get(name)
             if isinstance(policy, str) and name in values:

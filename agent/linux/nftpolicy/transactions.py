@@ -182,10 +182,12 @@ def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
     return cmds
 
 
-def changes(table: str, now: Installed, new: Rendered, *, with_base: bool = True) -> list[Cmd]:
+def changes(table: str, now: Installed, new: Rendered, *, with_base: bool = True,
+            delete_counters: bool = True) -> list[Cmd]:
     """One transaction from `now` to exactly `new` that touches only what differs: chains
     whose rules changed (or are unknown), map and set elements that changed, objects gone.
-    Right only when `now` is what the kernel holds; `full` is the one that repairs."""
+    Right only when `now` is what the kernel holds; `full` is the one that repairs.
+    `delete_counters`: as for `pod`."""
     cmds = base(table) if with_base else []
     cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
              for n, c in sorted(new.counters.items()) if n not in now.counters]
@@ -199,19 +201,23 @@ def changes(table: str, now: Installed, new: Rendered, *, with_base: bool = True
     # after the elements: nothing refers to these chains, then no rule to these sets and counters
     cmds += [{"delete": {"chain": _obj(table, c)}} for c in sorted(now.chains - set(new.chains))]
     cmds += _set_deletions(table, set(now.sets) - set(new.sets))
-    cmds += [{"delete": {"counter": _obj(table, n)}}
-             for n in sorted(now.counters - set(new.counters))]
+    if delete_counters:
+        cmds += [{"delete": {"counter": _obj(table, n)}}
+                 for n in sorted(now.counters - set(new.counters))]
     return cmds
 
 
 def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
-        new: Rendered, *, with_base: bool = True) -> tuple[list[Cmd], Installed]:
+        new: Rendered, *, with_base: bool = True, delete_counters: bool = True
+        ) -> tuple[list[Cmd], Installed]:
     """One transaction that makes one pod's objects exactly `new` (its render alone; empty:
     the pod goes or is isolated in no direction), touching no other pod's objects except the
     map elements of the pod's `addresses` (one another pod held before: the new owner wins)
     and the members of the peer sets its rules name (made what its compilation says, which is
     no older than the last full one). A set no chain names any more stays until the next
-    full apply. `with_base` False: the base objects are known to be in place, and left alone."""
+    full apply. `with_base` False: the base objects are known to be in place, and left alone.
+    `delete_counters` False: the counters no longer wanted stay in the kernel (the caller
+    deletes them later, after reading their values); `Installed` forgets them either way."""
     cmds = base(table) if with_base else []
     claimed = set(addresses)
     stale = {e: c for e, c in now.elements.items() if e[1] in claimed or owned_by(key, c)}
@@ -228,8 +234,9 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
     for name, body in sorted(new.chains.items()):
         cmds += _chain_cmds(table, name, body, now)
     cmds += _element_cmds("add", table, new.elements.items(), new.policed - now.policed)
-    cmds += [{"delete": {"counter": _obj(table, n)}}
-             for n in sorted(mine_counters - set(new.counters))]
+    if delete_counters:
+        cmds += [{"delete": {"counter": _obj(table, n)}}
+                 for n in sorted(mine_counters - set(new.counters))]
     after = Installed((now.chains - mine_chains) | set(new.chains),
                       (now.counters - mine_counters) | set(new.counters),
                       {e: c for e, c in now.elements.items() if e not in stale} | new.elements,

@@ -96,21 +96,23 @@ def widens(old: PodRules, new: PodRules) -> bool:
             continue
         if not before.isolated:
             return False
-        if not _members_grew(before, after) and \
-                not all(_rule_within(r, after.rules) for r in before.rules):
+        grew = _members_grew(before, after)
+        if grew is None:
+            grew = all(_rule_within(r, after.rules) for r in before.rules)
+        if not grew:
             return False
     return True
 
 
-def _members_grew(before: DirectionRules, after: DirectionRules) -> bool:
-    """The shared rules of one shape, every set's members a superset of what they were: a
-    peer that joined a selector (the common change, checked without address arithmetic)."""
+def _members_grew(before: DirectionRules, after: DirectionRules) -> bool | None:
+    """With shared rules of one shape (a peer change, the common one): whether every set's
+    members are a superset of what they were, checked without address arithmetic (a set that
+    lost one says no, cautiously: another rule may still allow it). None: of other shapes."""
     if before.shared is None or after.shared is None or len(before.shared) != len(after.shared):
-        return False
+        return None
     for old, new in zip(before.shared, after.shared, strict=True):
         if (old.static, old.ports, [s.name for s in old.sets]) != \
                 (new.static, new.ports, [s.name for s in new.sets]):
-            return False
-        if not all(a.points <= b.points for a, b in zip(old.sets, new.sets, strict=True)):
-            return False
-    return True
+            return None
+    return all(a.points <= b.points for old, new in zip(before.shared, after.shared, strict=True)
+               for a, b in zip(old.sets, new.sets, strict=True))
