@@ -18,7 +18,9 @@ Test plan:
   after it;
 - the verdict: isolation, exemptions, peers, ports and protocols, both ends;
 - widening: a peer, a wider prefix, a port or a rule more, or isolation lifted cut nothing (no
-  sweep); a peer or port fewer, isolation added, other addresses or exemptions fewer may;
+  sweep); a peer or port fewer, isolation added, other addresses or exemptions fewer may; what
+  is swept: nothing when a set grew, the members that left when a set shrank, else the pod's
+  own addresses;
 - views: the counters' meanings, a pod's view;
 - shared rules: each selector a named set per IP version (both, even without members), the
   chain's rules name it (one rule per set) beside the static CIDRs, never a member; a change of
@@ -36,7 +38,7 @@ from typing import Any
 from agent.linux.nftpolicy import render, transactions
 from agent.linux.nftpolicy.render import PodRules
 from agent.linux.nftpolicy.transactions import Installed
-from agent.linux.nftpolicy.verdict import Flow, allowed, owners, widens
+from agent.linux.nftpolicy.verdict import Flow, allowed, owners, to_sweep, widens
 from agent.linux.nftpolicy.views import Count, meanings, pod_view
 from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
 from policy.rules import OPEN, PeerSet, SetRule
@@ -339,3 +341,12 @@ def test_shared_rules_name_each_selectors_set_and_a_member_change_is_elements_on
     assert after.sets == out.sets
     assert {o for o in _ops(transactions.removal("vswitch-cni", now)) if o[1] == "set"} >= \
         {("delete", "set", v4), ("delete", "set", v6)}
+
+
+def test_a_set_that_lost_members_sweeps_their_connections_only() -> None:
+    two = rules(ingress=shared("10.0.0.9", "10.0.0.10"))
+    one = rules(ingress=shared("10.0.0.9"))
+    assert to_sweep(one, two) == ()  # grew: nothing to cut
+    assert to_sweep(two, one) == (ipaddress.ip_address("10.0.0.10"),)
+    assert to_sweep(None, one) == one.addresses  # new to this renderer: all of its own
+    assert to_sweep(rules(), two) == two.addresses  # isolated now: all of its own

@@ -36,6 +36,7 @@ stands: `add counter` keeps a counter's value, so a change leaves the counts of 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 from collections.abc import Iterable, Mapping
@@ -89,6 +90,7 @@ def _id(text: str, n: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
+@functools.lru_cache(maxsize=8192)  # asked per object of the table on every pod's change
 def pod_id(key: PodKey) -> str:
     """Names must stay short (nftables caps them) and a pod key may not: a hash of it."""
     return _id(f"{key.namespace}/{key.name}", 16)
@@ -108,9 +110,13 @@ def drop_counter(key: PodKey, direction: Dir) -> str:
 
 def owned_by(key: PodKey, name: str) -> bool:
     """Is this chain or counter one of the pod's?"""
+    return name.startswith(_owned_prefixes(key))
+
+
+@functools.lru_cache(maxsize=8192)
+def _owned_prefixes(key: PodKey) -> tuple[str, str, str]:
     tag = pod_id(key)
-    return name.startswith((f"{PREFIX}pod-{tag}-", f"{PREFIX}allow-{tag}-",
-                            f"{PREFIX}drop-{tag}-"))
+    return f"{PREFIX}pod-{tag}-", f"{PREFIX}allow-{tag}-", f"{PREFIX}drop-{tag}-"
 
 
 def map_name(direction: Dir, version: int) -> str:

@@ -32,7 +32,7 @@ from agent.linux.nft import NftError, run, table_lock
 from agent.linux.nftpolicy import conntrack, render, transactions
 from agent.linux.nftpolicy.render import DIRECTIONS, Dir, PodRules
 from agent.linux.nftpolicy.transactions import Installed
-from agent.linux.nftpolicy.verdict import allowed, owners, widens
+from agent.linux.nftpolicy.verdict import allowed, owners, to_sweep, widens
 from agent.linux.nftpolicy.views import Count, Counters, PodView, meanings, pod_view
 from policy import PodKey
 from policy.model import IPAddress
@@ -106,9 +106,11 @@ class NftPolicy:
                 self._verified = time.monotonic()
                 self._retired, self._idle = retired, {}
             self._base = True
-            # a pod whose change allows more keeps its connections: swept are the others'
-            changed = [a for key, rules in desired.items() if (old := self._pods.get(key)) != rules
-                       and (old is None or not widens(old, rules)) for a in rules.addresses]
+            # a pod whose change allows more keeps its connections; one whose peer sets lost
+            # members, those members' connections; any other, all of its own
+            changed = sorted({a for key, rules in desired.items()
+                              if (old := self._pods.get(key)) != rules
+                              for a in to_sweep(old, rules)}, key=str)
             self._now, self._pods = transactions.installed(new), dict(desired)
             return Applied(len(cmds), self._sweep(changed))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from agent.linux.nftpolicy.render import PodRules
 from policy import DirectionRules, PodKey, PortRange, Rule
-from policy.addresses import AddressSet, issubset, of_addresses, of_network, union
+from policy.addresses import AddressSet, issubset, of_addresses, of_network, point, union
 from policy.model import IPAddress, IPNetwork
 
 PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
@@ -116,3 +116,37 @@ def _members_grew(before: DirectionRules, after: DirectionRules) -> bool | None:
             return None
     return all(a.points <= b.points for old, new in zip(before.shared, after.shared, strict=True)
                for a, b in zip(old.sets, new.sets, strict=True))
+
+
+def to_sweep(old: PodRules | None, new: PodRules) -> tuple[IPAddress, ...]:
+    """The addresses whose tracked connections a change of a pod's rules from `old` to `new`
+    may deny: none when `new` allows all `old` did; only the peers that left its sets when
+    nothing else changed (a connection it now denies has one of them at its other end); else
+    the pod's own (all its connections are judged again)."""
+    if old is None or not widens(old, new):
+        left = None if old is None else _left_sets(old, new)
+        return new.addresses if left is None else tuple(left)
+    return ()
+
+
+def _left_sets(old: PodRules, new: PodRules) -> set[IPAddress] | None:
+    """The members that left the sets of `old`'s shared rules, when the rules differ in
+    members only (None: in more)."""
+    if (old.addresses, old.policy.node_addresses, old.judged) != \
+            (new.addresses, new.policy.node_addresses, new.judged):
+        return None
+    left: set[IPAddress] = set()
+    for before, after in ((old.policy.ingress, new.policy.ingress),
+                          (old.policy.egress, new.policy.egress)):
+        if before.isolated != after.isolated:
+            return None
+        if not before.isolated:
+            continue
+        if _members_grew(before, after) is None or before.shared is None or \
+                after.shared is None:
+            return None
+        for r_old, r_new in zip(before.shared, after.shared, strict=True):
+            for a, b in zip(r_old.sets, r_new.sets, strict=True):
+                if not a.points <= b.points:
+                    left.update(m for m in a.members if point(m) not in b.points)
+    return left
