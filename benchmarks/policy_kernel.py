@@ -71,9 +71,9 @@ def _ms(fn: Callable[[], Any], runs: int) -> Summary:
 Desired = dict[PodKey, PodRules]
 
 
-def node_rules(n_pods: int, n_policies: int) -> tuple[Desired, Desired, list[Any]]:
+def node_rules(n_pods: int, n_policies: int) -> tuple[Desired, Desired]:
     """The busiest node's rules; the same with one more pod on another node (a peer of the
-    node's pods: a copy of one of them, elsewhere, with an address of its own); the policies."""
+    node's pods: a copy of one of them, elsewhere, with an address of its own)."""
     namespaces, pods, policies = cluster(n_pods, n_policies)
     busiest = Counter(p["spec"]["nodeName"] for p in pods).most_common(1)[0][0]
     local = next(p for p in pods if p["spec"]["nodeName"] == busiest
@@ -90,7 +90,7 @@ def node_rules(n_pods: int, n_policies: int) -> tuple[Desired, Desired, list[Any
         by_key = {p.key: p for p in mpods}
         got = compile_policies(mpods, mns, mpol, sctp=True, node=busiest, node_addresses=node_ip)
         return {k: PodRules(v, by_key[k].ips) for k, v in got.pods.items()}
-    return compiled(pods), compiled([*pods, joining]), mpol
+    return compiled(pods), compiled([*pods, joining])
 
 
 def _connect_rate(src: str, addr: str, port: int, seconds: float = 2.0) -> float:
@@ -147,7 +147,7 @@ def _traffic(a: str, b: str, b_addr: str) -> dict[str, float]:
 
 
 def run(n_pods: int, n_policies: int, runs: int) -> dict[str, Any]:
-    desired, joined, policies = node_rules(n_pods, n_policies)
+    desired, joined = node_rules(n_pods, n_policies)
     chains = sum(d.isolated for r in desired.values() for d in (r.policy.ingress,
                                                                 r.policy.egress))
     out: dict[str, Any] = {"pods": len(desired), "isolated_directions": chains}
