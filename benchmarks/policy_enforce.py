@@ -110,11 +110,13 @@ def log(message: str) -> None:
 # --- the node ------------------------------------------------------------------------------
 
 @contextmanager
-def node_agent(tmp: Path, etcd: list[str], dataplane: str,
-               api: KubeApiServer | None) -> Iterator[AgentHandle]:
-    """The agent (INFO, as deployed), NetworkPolicy on when `api` is given; at the end stopped
-    and what it made removed: links, its nftables table, VPP's base configuration."""
-    extra: dict[str, Any] = {"KubeConfig": str(api.kubeconfig(USER))} if api else {}
+def node_agent(tmp: Path, etcd: list[str], dataplane: str, api: KubeApiServer | None,
+               kubeconfig: Path | None = None) -> Iterator[AgentHandle]:
+    """The agent (INFO, as deployed), NetworkPolicy on when `api` is given (through
+    `kubeconfig` when given: a proxy in front of it); at the end stopped and what it made
+    removed: links, its nftables table, VPP's base configuration."""
+    extra: dict[str, Any] = {"KubeConfig": str(kubeconfig or api.kubeconfig(USER))} \
+        if api else {}
     vrf = 0
     if dataplane.startswith("vpp"):
         vrf = 200 + secrets.randbelow(50) * 2

@@ -6,8 +6,9 @@ server (the reflector and the API server) that a test can cut.
         proxy.hold = True                      # new connections are reset at once: unreachable
         proxy.hold = False                     # reachable again
 
-Bytes are passed on unchanged (TLS goes end to end). One thread accepts, one per connection
-copies both ways; leaving the block closes everything and joins the threads.
+Bytes are passed on unchanged (TLS goes end to end) and counted: `down` is what the servers
+sent their clients (a benchmark's "bytes the agent read from the API"). One thread accepts, one
+per connection copies both ways; leaving the block closes everything and joins the threads.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class TcpProxy:
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
         self.hold = False
+        self.down = 0  # bytes from the server to its clients, all connections
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()
@@ -82,6 +84,9 @@ class TcpProxy:
                         if not data:
                             return
                         peer[sock].sendall(data)
+                        if sock is server:
+                            with self._lock:
+                                self.down += len(data)
             except (OSError, ValueError):
                 return  # reset, or cut
             finally:
