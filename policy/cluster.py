@@ -1,11 +1,18 @@
-"""The compiler's index of one snapshot: pods by namespace and label set, namespace labels, named
-container ports; selectors evaluated once per distinct label set and memoized.
+"""The compiler's index of the cluster: pods by key, node, namespace and label set, namespace
+labels, every pod address on the number line; selectors evaluated once per distinct label set
+and memoized.
 
 Pods that share a label set (the replicas of a Deployment) are matched once, which keeps a
 thousand policies over thousands of pods cheap. Host-network pods are left out: NetworkPolicy
 neither selects them nor sees them as peers (their traffic carries the node's address, which is
 exempt anyway). A namespace with pods but no Namespace object (the snapshot may be mid-update)
 has the one label the API server would give it, `kubernetes.io/metadata.name`.
+
+The index can be kept between compilations: `update(changed, removed)` applies pod changes in
+O(changed pods) and forgets only the memos of the namespaces they are in (and, when a namespace
+appears or goes, of the namespace selectors), so a compile after an event elsewhere in the
+cluster redoes what that event touched, not the cluster. A selector's PeerSet stays the same
+object while its namespaces are untouched.
 """
 
 from __future__ import annotations
@@ -24,63 +31,132 @@ from policy.model import (
     Namespace,
     Peer,
     Pod,
+    PodKey,
     PolicyError,
 )
 from policy.rules import PeerSet
 
 _LabelKey = frozenset[tuple[str, str]]
+_Group = tuple[Mapping[str, str], dict[PodKey, Pod]]
 
 
 class Cluster:
     def __init__(self, pods: Iterable[Pod], namespaces: Iterable[Namespace]) -> None:
-        self.ns_labels: dict[str, Mapping[str, str]] = {}
+        self._declared: dict[str, Mapping[str, str]] = {}  # Namespace objects' labels
         for ns in namespaces:
-            if ns.name in self.ns_labels:
+            if ns.name in self._declared:
                 raise PolicyError("namespaces", ns.name, "two Namespaces of one name")
-            self.ns_labels[ns.name] = ns.labels
-        seen: set[tuple[str, str]] = set()
-        self.pods: list[Pod] = []
+            self._declared[ns.name] = ns.labels
+        self.ns_labels: dict[str, Mapping[str, str]] = dict(self._declared)
+        self._pods: dict[PodKey, Pod] = {}
+        self._by_node: dict[str, set[PodKey]] = {}
+        self._groups: dict[str, dict[_LabelKey, _Group]] = {}  # namespace -> label set -> pods
+        self._points: list[tuple[int, PodKey, IPAddress]] = []  # sorted: "which pods lie in"
+        # memos, per namespace where a pod change must forget them
+        self._selected: dict[str, dict[LabelSelector, list[Pod]]] = {}
+        self._namespaces: dict[LabelSelector, list[str]] = {}
+        self._addresses: dict[str, dict[LabelSelector, AddressSet]] = {}
+        self._sets: dict[str, PeerSet] = {}
+        # per set: its namespaces, and whether a namespace selector chose them
+        self._set_spans: dict[str, tuple[list[str], bool]] = {}
+        self._sets_in: dict[str, set[str]] = {}  # namespace -> the sets spanning it
+        seen: set[PodKey] = set()
         for pod in pods:
             if pod.key in seen:
                 raise PolicyError("pods", str(pod.key), "two Pods of one namespace and name")
             seen.add(pod.key)
-            if not pod.host_network:
-                self.pods.append(pod)
-        self.pods.sort(key=lambda p: p.key)
-        # namespace -> label set -> (the labels, its pods)
-        self._groups: dict[str, dict[_LabelKey, tuple[Mapping[str, str], list[Pod]]]] = {}
-        # every pod address on the number line, for "which pods lie in these addresses"
-        self._points: list[tuple[int, int, IPAddress]] = []  # (point, pod index, address)
-        for pod in self.pods:
-            if pod.namespace not in self.ns_labels:
-                self.ns_labels[pod.namespace] = Namespace(pod.namespace).labels
-            groups = self._groups.setdefault(pod.namespace, {})
-            groups.setdefault(frozenset(pod.labels.items()), (pod.labels, []))[1].append(pod)
-        for index, pod in enumerate(self.pods):
-            self._points += [(addresses.point(ip), index, ip) for ip in pod.ips]
+            self._add(pod, index=False)
         self._points.sort()
-        self._selected: dict[tuple[str, LabelSelector], list[Pod]] = {}
-        self._namespaces: dict[LabelSelector, list[str]] = {}
-        self._addresses: dict[tuple[str, LabelSelector], AddressSet] = {}
-        self._sets: dict[str, PeerSet] = {}
+
+    # --- changes --------------------------------------------------------------------------
+
+    def update(self, changed: Iterable[Pod], removed: Iterable[PodKey]) -> None:
+        """Pods added or changed (a pod of a key already indexed replaces it) and removed."""
+        namespaces_before = set(self.ns_labels)
+        touched: set[str] = set()
+        for key in removed:
+            if key in self._pods:
+                touched.add(key.namespace)
+                self._remove(key)
+        for pod in changed:
+            touched.add(pod.namespace)
+            if pod.key in self._pods:
+                self._remove(pod.key)
+            self._add(pod, index=True)
+        for ns in list(self.ns_labels):  # a namespace known only from its pods, now empty
+            if ns not in self._declared and not self._groups.get(ns):
+                del self.ns_labels[ns]
+                self._groups.pop(ns, None)
+        if set(self.ns_labels) != namespaces_before:
+            self._namespaces.clear()  # a namespace selector may match another set now
+            self._sets = {k: s for k, s in self._sets.items() if not self._set_spans[k][1]}
+        for ns in touched:
+            self._selected.pop(ns, None)
+            self._addresses.pop(ns, None)
+            for name in self._sets_in.pop(ns, ()):
+                self._sets.pop(name, None)
+
+    def _add(self, pod: Pod, index: bool) -> None:
+        if pod.host_network:
+            return
+        self._pods[pod.key] = pod
+        self._by_node.setdefault(pod.node, set()).add(pod.key)
+        if pod.namespace not in self.ns_labels:
+            self.ns_labels[pod.namespace] = Namespace(pod.namespace).labels
+        groups = self._groups.setdefault(pod.namespace, {})
+        groups.setdefault(frozenset(pod.labels.items()), (pod.labels, {}))[1][pod.key] = pod
+        for ip in pod.ips:
+            entry = (addresses.point(ip), pod.key, ip)
+            if index:
+                bisect.insort(self._points, entry)
+            else:
+                self._points.append(entry)
+
+    def _remove(self, key: PodKey) -> None:
+        pod = self._pods.pop(key)
+        self._by_node[pod.node].discard(key)
+        groups = self._groups[pod.namespace]
+        label_key = frozenset(pod.labels.items())
+        del groups[label_key][1][key]
+        if not groups[label_key][1]:
+            del groups[label_key]
+        for ip in pod.ips:
+            i = bisect.bisect_left(self._points, (addresses.point(ip), key, ip))
+            del self._points[i]
+
+    # --- reads ----------------------------------------------------------------------------
+
+    @property
+    def pods(self) -> list[Pod]:
+        """Every (non-host-network) pod, by key."""
+        return [self._pods[k] for k in sorted(self._pods)]
+
+    def on_node(self, node: str | None) -> list[Pod]:
+        """The pods of `node` (None: every pod), by key."""
+        if node is None:
+            return self.pods
+        return [self._pods[k] for k in sorted(self._by_node.get(node, ()))]
+
+    def get(self, key: PodKey) -> Pod | None:
+        return self._pods.get(key)
 
     def pods_within(self, within: AddressSet) -> Iterator[tuple[Pod, IPAddress]]:
         """Every (pod, address) with the address in `within`, by address."""
         for first, last in within:
-            i = bisect.bisect_left(self._points, (first, -1))
+            i = bisect.bisect_left(self._points, (first,))
             while i < len(self._points) and self._points[i][0] <= last:
-                _, index, ip = self._points[i]
-                yield self.pods[index], ip
+                _, key, ip = self._points[i]
+                yield self._pods[key], ip
                 i += 1
 
     def select(self, namespace: str, selector: LabelSelector) -> list[Pod]:
         """The pods of `namespace` that `selector` matches."""
-        key = (namespace, selector)
-        found = self._selected.get(key)
+        memo = self._selected.setdefault(namespace, {})
+        found = memo.get(selector)
         if found is None:
             found = [pod for labels, pods in self._groups.get(namespace, {}).values()
-                     if selector.matches(labels) for pod in pods]
-            self._selected[key] = found
+                     if selector.matches(labels) for pod in pods.values()]
+            memo[selector] = found
         return found
 
     def namespaces(self, selector: LabelSelector) -> list[str]:
@@ -91,12 +167,12 @@ class Cluster:
         return found
 
     def _addresses_of(self, namespace: str, selector: LabelSelector) -> AddressSet:
-        key = (namespace, selector)
-        found = self._addresses.get(key)
+        memo = self._addresses.setdefault(namespace, {})
+        found = memo.get(selector)
         if found is None:
             found = addresses.of_addresses(ip for pod in self.select(namespace, selector)
                                            for ip in pod.ips)
-            self._addresses[key] = found
+            memo[selector] = found
         return found
 
     def peer_addresses(self, policy_namespace: str, peer: Peer) -> AddressSet:
@@ -122,11 +198,15 @@ class Cluster:
         name = hashlib.sha256(f"{scope};pods={selector_text(pods)}".encode()).hexdigest()[:16]
         found = self._sets.get(name)
         if found is None:
-            spaces = [policy_namespace] if peer.namespace_selector is None \
-                else self.namespaces(peer.namespace_selector)
+            by_selector = peer.namespace_selector is not None
+            spaces = self.namespaces(peer.namespace_selector) \
+                if peer.namespace_selector is not None else [policy_namespace]
             members = sorted((ip for ns in spaces for pod in self.select(ns, pods)
                               for ip in pod.ips), key=addresses.point)
             found = self._sets[name] = PeerSet(name, tuple(members))
+            self._set_spans[name] = (spaces, by_selector)
+            for ns in spaces:
+                self._sets_in.setdefault(ns, set()).add(name)
         return found
 
 

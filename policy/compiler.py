@@ -226,9 +226,22 @@ def compile_policies(pods: Iterable[Pod], namespaces: Iterable[Namespace],
     way. `sctp`: whether the renderer can express SCTP ports.
     `node_addresses`: node name -> its addresses, exempt from its pods' policies.
     PolicyError: two pods, namespaces or policies of one name."""
-    compiler = _Compiler(Cluster(pods, namespaces), sctp)
-    mine = [p for p in compiler.cluster.pods if (node is None or p.node == node)
-            and (only is None or p.key in only)]
+    return compile_cluster(Cluster(pods, namespaces), policies, sctp=sctp,
+                           node_addresses=node_addresses, node=node, only=only)
+
+
+def compile_cluster(cluster: Cluster, policies: Iterable[NetworkPolicy], *, sctp: bool,
+                    node_addresses: Mapping[str, Iterable[IPAddress]] | None = None,
+                    node: str | None = None,
+                    only: Collection[PodKey] | None = None) -> Compiled:
+    """`compile_policies` over an index kept between compilations (`Cluster.update`): what an
+    event changed is looked at again, the rest comes from the index's memos."""
+    compiler = _Compiler(cluster, sctp)
+    if only is not None:
+        mine = sorted((p for k in only if (p := cluster.get(k)) is not None
+                       and (node is None or p.node == node)), key=lambda p: p.key)
+    else:
+        mine = cluster.on_node(node)
     selections = _selections(compiler, policies, {p.key for p in mine})
     nodes = node_addresses or {}
     out: dict[PodKey, PodPolicy] = {}

@@ -39,6 +39,7 @@ from typing import Any
 from agent.infra.loops import SupervisedLoop
 from agent.model.errors import TryAgainLater
 from agent.model.pod import PodRecord
+from agent.netpol.index import KeptIndex
 from agent.netpol.types import (
     AttachmentKey,
     Counts,
@@ -48,7 +49,7 @@ from agent.netpol.types import (
     RemotePod,
     Renderer,
 )
-from policy import Compiled, Pod, compile_policies
+from policy import Compiled, Pod
 from policy.model import IPAddress
 from policy.rules import OPEN
 
@@ -102,6 +103,11 @@ class PolicyController:
         self._changed_dataplane = False
         self._warnings: tuple[str, ...] = ()
         self._synced = False
+        self._index = KeptIndex()  # the compiler's index of the cluster, between compiles
+        # this node's pods as the last full compile made them from the records, and per pod
+        # the object made (kept while its source and addresses are: the index sees no change)
+        self._local: dict[K8sPod, Pod] = {}
+        self._made: dict[K8sPod, tuple[Pod, tuple[IPAddress, ...], Pod]] = {}
         self.applies = 0
         self.last_apply = 0.0  # time.time() of the last full apply
         self.loop = SupervisedLoop("netpol", self.run_once, resync, immediately=True,
@@ -196,7 +202,7 @@ class PolicyController:
         if wiring is not None:
             record = replace(record, wiring=wiring)
         with self._lock:
-            compiled = self._compile([record], {key})
+            compiled = self._compile([record], {key}, add=True)
             enforced = self._enforced(record, compiled)
             if enforced is None:
                 return
@@ -261,10 +267,12 @@ class PolicyController:
             out[key] = RemotePod(key, replace(found, egress=OPEN), pod.ips)
         return out
 
-    def _compile(self, records: list[PodRecord], wanted: set[K8sPod | None] | None
-                 ) -> Compiled:
+    def _compile(self, records: list[PodRecord], wanted: set[K8sPod | None] | None,
+                 add: bool = False) -> Compiled:
         """The rules of `wanted`'s pods: the cache's pods, this node's as its records say (a
-        pod the cache lacks comes from one GET, or without labels when the API has none)."""
+        pod the cache lacks comes from one GET, or without labels when the API has none).
+        `add`: `records` are an ADD's, the node's other pods as the last full compile had
+        them; else they are all of the node's."""
         local: dict[K8sPod, Pod] = {}
         for record in records:
             key = record_pod(record)
@@ -276,13 +284,26 @@ class PolicyController:
                 pod = Pod(key.namespace, key.name)
             ips = tuple(dict.fromkeys((*local[key].ips, *record_addresses(record)))) \
                 if key in local else record_addresses(record)
-            local[key] = replace(pod, ips=ips, node=self.node, host_network=False)
-        pods = [p for k, p in self.source.pods().items() if k not in local]
+            local[key] = self._made_from(key, pod, ips)
+        if add:
+            local = {**self._local, **local}
+        else:
+            self._local = local
+        pods = {**self.source.pods(), **local}
         only = None if wanted is None else {k for k in wanted if k is not None}
-        return compile_policies(pods + list(local.values()), self.source.namespaces().values(),
-                                self.source.policies().values(),
-                                sctp=self.sctp, node_addresses={self.node: self._node_addresses()},
-                                only=only)
+        return self._index.compile(pods, self.source.namespaces(),
+                                   self.source.policies().values(), sctp=self.sctp,
+                                   node_addresses={self.node: self._node_addresses()},
+                                   only=only)
+
+    def _made_from(self, key: K8sPod, pod: Pod, ips: tuple[IPAddress, ...]) -> Pod:
+        """The node's pod `key` for the compiler: `pod` with the record's addresses, on this
+        node; the same object as last time when made from the same ones."""
+        made = self._made.get(key)
+        if made is None or made[0] is not pod or made[1] != ips:
+            made = self._made[key] = (pod, ips, replace(pod, ips=ips, node=self.node,
+                                                        host_network=False))
+        return made[2]
 
     def _enforced(self, record: PodRecord, compiled: Compiled) -> Enforced | None:
         key = record_pod(record)

@@ -11,7 +11,9 @@ Test plan:
 - a sandbox replaced: the old attachment's DEL leaves the new one's rules;
 - with `remote_ingress` (VPP) a full apply also gives the other nodes' ingress-isolated pods
   with their API addresses and their egress left open, and not this node's own;
-- `explain` shows the rules in force and the policies each came from; counters add up.
+- `explain` shows the rules in force and the policies each came from; counters add up;
+- the compiler's index is kept between compiles: a pod elsewhere that joins, changes or leaves
+  updates it (no rebuild) and the rules follow; an ADD between full applies shares it.
 
 The source is an in-memory stand-in for the Kubernetes cache (the API itself is exercised by
 tests/kube against a real kube-apiserver); the renderer records what it is given (the real ones
@@ -258,3 +260,32 @@ def test_a_full_apply_during_an_add_keeps_the_new_pods_rules() -> None:
     records.append(new)  # committed
     ctl.apply_all()
     assert list(renderer.state) == [new.key]
+
+
+def test_the_index_is_kept_and_follows_pods_elsewhere() -> None:
+    cache = Cache()
+    db = pod_from_k8s(pod("a", "db", "10.0.1.5", {"app": "db"}))
+    cache.pod_list = [db]
+    cache.policy_list = [policy_from_k8s(policy("a", "p", podSelector={
+        "matchLabels": {"app": "db"}}, ingress=[FROM_WEB]))]
+    renderer = Recorder()
+    ctl = controller(cache, [record("db", "10.0.1.5")], renderer)
+
+    def peers() -> list[str]:
+        shared = renderer.state[PodKey("c-db", "eth0")].policy.ingress.shared
+        assert shared is not None
+        return [str(m) for r in shared for s in r.sets for m in s.members]
+    ctl.run_once()
+    assert peers() == []
+    elsewhere = pod_from_k8s(pod("a", "web-1", "10.0.2.7", {"app": "web"}, node="n2"))
+    cache.pod_list = [db, elsewhere]
+    ctl.run_once()
+    assert peers() == ["10.0.2.7"]
+    cache.pod_list = [db, pod_from_k8s(pod("a", "web-1", "10.0.2.7", {"app": "api"},
+                                           node="n2"))]  # relabelled: out of the set
+    ctl.run_once()
+    assert peers() == []
+    ctl.admit(record("web", "10.0.1.6", "c-web"))  # an ADD uses the same index
+    cache.pod_list = [db]
+    ctl.run_once()
+    assert ctl._index.rebuilds == 1 and ctl._index.updates >= 3

@@ -6,6 +6,9 @@ Test plan:
   rules allow is what the independent reference (tests/policy/reference.py) says the spec allows;
   with the renderer's SCTP capability on and off; the rules' shared form (selector peers as
   named sets) allows the same;
+- an index kept between compilations (Cluster.update with pods removed, relabelled, readdressed
+  and added, namespaces appearing and emptying) compiles exactly as a fresh one, for every
+  node and for the whole cluster, before and after its memos were filled;
 - shared sets: one set per distinct selector, named by the selector alone: its members are
   exactly the addresses of the pods it matches, and adding a pod to the cluster changes the
   members of sets and never the shape of any pod's shared rules;
@@ -23,6 +26,7 @@ Test plan:
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import random
 from itertools import pairwise
@@ -41,9 +45,19 @@ from policy import (
     pod_from_k8s,
 )
 from policy import policy_from_k8s as parse_policy
+from policy.cluster import Cluster
+from policy.compiler import compile_cluster
 from policy.rules import Rule, ports_subset
 from tests.policy.reference import Conn, Reference, compiled_allows, shared_allows
-from tests.policy.strategies import NODES, ClusterSpec, clusters, pods, strictly_inside
+from tests.policy.strategies import (
+    NODES,
+    POD_LABELS,
+    ClusterSpec,
+    clusters,
+    label_sets,
+    pods,
+    strictly_inside,
+)
 
 SLOW = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -246,3 +260,33 @@ def test_a_new_pod_changes_set_members_never_a_rules_shape(spec: ClusterSpec,
                     assert had <= set(peer_set.members)
                     assert set(peer_set.members) - had <= {ipaddress.ip_address(e["ip"])
                                      for e in new["status"]["podIPs"]}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.data())
+def test_an_index_kept_between_compiles_compiles_as_a_fresh_one(spec: ClusterSpec,
+                                                                 data: st.DataObject) -> None:
+    namespaces = [namespace_from_k8s(n) for n in spec.namespaces]
+    policies = [parse_policy(p) for p in spec.policies]
+    before = [pod_from_k8s(p) for p in spec.pods]
+    index = Cluster(before, namespaces)
+    for node in (*NODES, None):  # fill the memos the update must forget
+        compile_cluster(index, policies, sctp=spec.sctp, node_addresses=NODES, node=node)
+    removed = {p.key for p in before if data.draw(st.booleans(), "removed")}
+    changed = []
+    for pod in before:
+        if pod.key not in removed and data.draw(st.booleans(), "changed"):
+            labels = data.draw(label_sets(POD_LABELS), "labels")
+            ips = data.draw(st.sampled_from([pod.ips, (), pod.ips[:1]]), "ips")
+            changed.append(dataclasses.replace(pod, labels=labels, ips=ips))
+    added = [dataclasses.replace(pod_from_k8s(data.draw(pods(len(before) + i), "added")),
+                                 name=f"added-{i}")
+             for i in range(data.draw(st.integers(0, 3), "n_added"))]
+    index.update([*changed, *added], removed)
+    new = {p.key: p for p in before if p.key not in removed} | \
+        {p.key: p for p in [*changed, *added]}
+    for node in (*NODES, None):
+        fresh = compile_policies(new.values(), namespaces, policies, sctp=spec.sctp,
+                                 node_addresses=NODES, node=node)
+        kept = compile_cluster(index, policies, sctp=spec.sctp, node_addresses=NODES, node=node)
+        assert kept == fresh, node
