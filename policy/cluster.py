@@ -29,6 +29,7 @@ from policy.model import (
     IPAddress,
     LabelSelector,
     Namespace,
+    NetworkPolicy,
     Peer,
     Pod,
     PodKey,
@@ -60,6 +61,9 @@ class Cluster:
         # per set: its namespaces, and whether a namespace selector chose them
         self._set_spans: dict[str, tuple[list[str], bool]] = {}
         self._sets_in: dict[str, set[str]] = {}  # namespace -> the sets spanning it
+        # what compiling a policy warns about, by (id, sctp), with the policy object (the
+        # compiler's memo: policies outlive pod events)
+        self.notes: dict[tuple[int, bool], tuple[NetworkPolicy, frozenset[str]]] = {}
         seen: set[PodKey] = set()
         for pod in pods:
             if pod.key in seen:

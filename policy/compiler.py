@@ -135,6 +135,31 @@ class _Compiler:
                 numeric.append(PortRange(port.protocol, port.port, port.end_port or port.port))
         return normalize_ports(numeric), tuple(sorted(named))
 
+    def notes(self, policy: NetworkPolicy) -> frozenset[str]:
+        """What compiling `policy` warns about, whatever it selects: rules of a direction its
+        policyTypes leaves out, SCTP entries the renderer cannot express. Memoized in the
+        index per policy object (the cache keeps an unchanged policy's object)."""
+        memo = self.cluster.notes
+        found = memo.get((id(policy), self.sctp))
+        if found is not None and found[0] is policy:
+            return found[1]
+        saved, self.warnings = self.warnings, set()
+        for direction in DIRECTIONS:
+            rules = policy.rules(direction)
+            if not policy.affects(direction):
+                if rules:
+                    self.warnings.add(f"NetworkPolicy {policy.key}: spec.{direction.lower()}"
+                                      f" is ignored: policyTypes has no {direction}")
+                continue
+            for i, rule in enumerate(rules):
+                self.ports(policy, direction, i, rule)
+        found = (policy, frozenset(self.warnings))
+        self.warnings = saved
+        if len(memo) > 100_000:  # policies replaced many times over: start again
+            memo.clear()
+        memo[(id(policy), self.sctp)] = found
+        return found[1]
+
     def _targets(self, peers: AddressSet, named: _Named) -> _Targets:
         """Egress to named ports: per peer pod holding one of them, its addresses among the
         peers and the port numbers the names have on it."""
@@ -188,31 +213,33 @@ class _Compiler:
 
 
 def _selections(compiler: _Compiler, policies: Iterable[NetworkPolicy],
-                wanted: set[PodKey]) -> dict[tuple[PodKey, Direction], list[_Part]]:
-    """(pod, direction) -> the parts of every policy of that direction selecting the pod."""
+                mine: list[Pod]) -> dict[tuple[PodKey, Direction], list[_Part]]:
+    """(pod, direction) -> the parts of every policy of that direction selecting the pod, for
+    the pods `mine`; each policy's selector is matched against their label sets only (a policy
+    of a namespace without one of them costs a lookup), and every policy's warnings are
+    gathered (memoized per policy object in the index)."""
+    groups: dict[str, dict[frozenset[tuple[str, str]], tuple[Pod, list[PodKey]]]] = {}
+    for pod in mine:
+        group = groups.setdefault(pod.namespace, {}).setdefault(
+            frozenset(pod.labels.items()), (pod, []))
+        group[1].append(pod.key)
     out: dict[tuple[PodKey, Direction], list[_Part]] = {}
     seen: set[str] = set()
     for policy in sorted(policies, key=lambda p: p.key):
         if policy.key in seen:
             raise PolicyError("policies", policy.key, "two NetworkPolicies of one name")
         seen.add(policy.key)
-        selected = [pod.key for pod in compiler.cluster.select(policy.namespace,
-                                                               policy.pod_selector)
-                    if pod.key in wanted]
+        compiler.warnings |= compiler.notes(policy)
+        selected = [key for first, keys in groups.get(policy.namespace, {}).values()
+                    if policy.pod_selector.matches(first.labels) for key in keys]
+        if not selected:
+            continue
         for direction in DIRECTIONS:
-            rules = policy.rules(direction)
-            if not policy.affects(direction):
-                if rules:
-                    compiler.warnings.add(f"NetworkPolicy {policy.key}: spec.{direction.lower()}"
-                                          f" is ignored: policyTypes has no {direction}")
-                continue
-            if not selected:  # nothing to resolve; its warnings are the input's all the same
-                for i, rule in enumerate(rules):
-                    compiler.ports(policy, direction, i, rule)
-                continue
-            parts = [compiler.part(policy, direction, i, r) for i, r in enumerate(rules)]
-            for key in selected:
-                out.setdefault((key, direction), []).extend(parts)
+            if policy.affects(direction):
+                parts = [compiler.part(policy, direction, i, r)
+                         for i, r in enumerate(policy.rules(direction))]
+                for key in selected:
+                    out.setdefault((key, direction), []).extend(parts)
     return out
 
 
@@ -242,7 +269,7 @@ def compile_cluster(cluster: Cluster, policies: Iterable[NetworkPolicy], *, sctp
                        and (node is None or p.node == node)), key=lambda p: p.key)
     else:
         mine = cluster.on_node(node)
-    selections = _selections(compiler, policies, {p.key for p in mine})
+    selections = _selections(compiler, policies, mine)
     nodes = node_addresses or {}
     out: dict[PodKey, PodPolicy] = {}
     for pod in mine:

@@ -18,6 +18,7 @@ Semantics are networking.k8s.io/v1's, to the letter:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -178,8 +179,8 @@ class Pod:
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", _frozen(self.labels, "labels"))
 
-    @property
-    def key(self) -> PodKey:
+    @functools.cached_property
+    def key(self) -> PodKey:  # asked for every pod of the cluster on every compile
         return PodKey(self.namespace, self.name)
 
 
