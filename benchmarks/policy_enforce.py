@@ -34,7 +34,6 @@ Writes its own section of --out, between markers that benchmarks.run keeps. Asse
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import secrets
@@ -72,7 +71,7 @@ from benchmarks.policy_cluster import (
 )
 from benchmarks.policy_enforce_report import BEGIN, END, section
 from benchmarks.policy_kernel import _listener
-from benchmarks.soak_report import write_section
+from benchmarks.soak_report import publish
 from benchmarks.stats import Summary
 from benchmarks.traffic import iperf
 from testbed.agent import AgentHandle
@@ -361,11 +360,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)
     figures = run(args)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
-    text = section(figures, "python3 -m benchmarks.policy_enforce " + shlex.join(sys.argv[1:]))
-    print(text)
-    write_section(args.out, text, BEGIN, END)
+    publish(figures, section(figures, "python3 -m benchmarks.policy_enforce "
+                             + shlex.join(sys.argv[1:])), args.out, BEGIN, END, args.json)
 
 
 if __name__ == "__main__":

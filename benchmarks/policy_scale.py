@@ -37,6 +37,7 @@ import json
 import os
 import random
 import shlex
+import signal
 import sys
 import tempfile
 import threading
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import machine
+from benchmarks.harness import interrupter
 from benchmarks.policy_cluster import POLICIES, USER, Kubelet, create_policy, kube_api
 from benchmarks.policy_compile import _policy
 from benchmarks.policy_enforce import (
@@ -60,7 +62,7 @@ from benchmarks.policy_enforce import (
     wait_verdict,
 )
 from benchmarks.policy_scale_report import BEGIN, END, section
-from benchmarks.soak_report import write_section
+from benchmarks.soak_report import publish
 from testbed.agent import AgentHandle
 from testbed.etcd import EtcdServer
 from testbed.kube import ADMIN, KubeApiServer
@@ -286,12 +288,12 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         parser.error("needs root: it creates network namespaces and links")
+    handler = interrupter(os.getpid())  # a kill cleans up as Ctrl-C does
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)
     figures = run(args)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
-    text = section(figures, "python3 -m benchmarks.policy_scale " + shlex.join(sys.argv[1:]))
-    print(text)
-    write_section(args.out, text, BEGIN, END)
+    publish(figures, section(figures, "python3 -m benchmarks.policy_scale "
+                             + shlex.join(sys.argv[1:])), args.out, BEGIN, END, args.json)
 
 
 if __name__ == "__main__":

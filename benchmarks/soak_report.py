@@ -16,9 +16,11 @@ rewrites the rest of the file.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -335,6 +337,16 @@ def kept_sections(path: Path) -> str:
     except OSError:
         return ""
     return "".join(m.group(0) + "\n" for m in _MARKED.finditer(text))
+
+
+def publish(figures: Mapping[str, Any], text: str, out: Path, begin: str, end: str,
+            json_path: Path | None = None) -> None:
+    """A benchmark's ending: its figures as JSON (when asked), its section printed and
+    written into `out` between its markers."""
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=1, default=str) + "\n")
+    print(text)
+    write_section(out, text, begin, end)
 
 
 def write_section(path: Path, section: str, begin: str = BEGIN, end_marker: str = END) -> None:

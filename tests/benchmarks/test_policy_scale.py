@@ -5,17 +5,21 @@ reads the agent's API traffic from. The run itself needs a kube-apiserver
 Test plan:
 - the section names the cluster, every agent figure and phase, and says per target whether it
   is met, from the figures (a CPU share over 10 % is "not met", RSS under 500 MiB "met");
-- the proxy counts the bytes the server sent through it, not the ones the client sent.
+- the proxy counts the bytes the server sent through it, not the ones the client sent;
+- `publish` writes the figures as JSON and the section between its markers, once.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 from benchmarks.policy_scale import node_ip
 from benchmarks.policy_scale_report import BEGIN, END, section
+from benchmarks.soak_report import publish
 from testbed.tcpproxy import TcpProxy
 
 
@@ -73,3 +77,14 @@ def test_the_proxy_counts_what_the_server_sent() -> None:
             assert proxy.down == 5000
         finally:
             proxy.close()
+
+
+def test_publish_writes_the_json_and_replaces_the_section(tmp_path: Path) -> None:
+    out, data = tmp_path / "BENCHMARKS.md", tmp_path / "figures.json"
+    out.write_text("# Benchmarks\n")
+    for cpu in (0.5, 0.05):  # the second run replaces the first's section
+        publish(figures(cpu), section(figures(cpu), "c"), out, BEGIN, END, data)
+    text = out.read_text()
+    assert text.startswith("# Benchmarks\n") and text.count(BEGIN) == 1
+    assert "| 5% | met |" in text
+    assert json.loads(data.read_text())["quiet"]["cpu_share"] == 0.05
