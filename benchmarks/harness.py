@@ -272,3 +272,11 @@ def interrupter(main_pid: int) -> Callable[[int, FrameType | None], None]:
         raise KeyboardInterrupt(f"signal {signum}")
 
     return handler
+
+
+def interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP end this process as Ctrl-C does (`interrupter`): a killed benchmark
+    removes what it made."""
+    handler = interrupter(os.getpid())
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)

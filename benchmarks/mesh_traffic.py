@@ -28,7 +28,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import machine
-from benchmarks.harness import REPO, interrupter
+from benchmarks.harness import REPO, interrupt_on_signals
 from benchmarks.mesh_traffic_report import (
     BEGIN,
     END,
@@ -279,9 +278,7 @@ def report(module: str, argv: list[str] | None, args: argparse.Namespace,
     unwind through every cleanup, the setups measured with the counts of --quick or not, the
     section printed, written between `markers` of --out and every value into --json; 1 when a
     setup or a row failed."""
-    handler = interrupter(os.getpid())
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGHUP, handler)
+    interrupt_on_signals()
     counts = QUICK if args.quick else FULL
     command = f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
     header: dict[str, Any] = {

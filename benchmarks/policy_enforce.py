@@ -38,7 +38,6 @@ import os
 import re
 import secrets
 import shlex
-import signal
 import socket
 import struct
 import subprocess
@@ -55,7 +54,7 @@ from benchmarks import agent_metrics, machine
 from benchmarks.harness import (
     PodSubnets,
     bench_agent_config,
-    interrupter,
+    interrupt_on_signals,
     launch_agent,
     remove_agent_links,
     wait_ready,
@@ -356,9 +355,7 @@ def main() -> None:
     if args.live[0] < 3:
         parser.error("--live: the first count must leave room for client, server and a worker")
     PROBE_GAP[0] = args.probe_gap / 1000
-    handler = interrupter(os.getpid())
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGHUP, handler)
+    interrupt_on_signals()
     figures = run(args)
     publish(figures, section(figures, "python3 -m benchmarks.policy_enforce "
                              + shlex.join(sys.argv[1:])), args.out, BEGIN, END, args.json)

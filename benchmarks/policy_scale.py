@@ -37,7 +37,6 @@ import json
 import os
 import random
 import shlex
-import signal
 import sys
 import tempfile
 import threading
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import machine
-from benchmarks.harness import interrupter
+from benchmarks.harness import interrupt_on_signals
 from benchmarks.policy_cluster import POLICIES, USER, Kubelet, create_policy, kube_api
 from benchmarks.policy_compile import _policy
 from benchmarks.policy_enforce import (
@@ -288,9 +287,7 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         parser.error("needs root: it creates network namespaces and links")
-    handler = interrupter(os.getpid())  # a kill cleans up as Ctrl-C does
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGHUP, handler)
+    interrupt_on_signals()
     figures = run(args)
     publish(figures, section(figures, "python3 -m benchmarks.policy_scale "
                              + shlex.join(sys.argv[1:])), args.out, BEGIN, END, args.json)

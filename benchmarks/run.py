@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ from benchmarks.harness import (
     PodSubnets,
     agent_running,
     bench_agent_config,
-    interrupter,
+    interrupt_on_signals,
     ours_network,
     plugin_bin_dir,
     reference_network,
@@ -224,9 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("quick-mode numbers must not replace BENCHMARKS.md; pick another --out")
     if os.geteuid() != 0:
         parser.error("needs root: it creates network namespaces and links")
-    handler = interrupter(os.getpid())
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGHUP, handler)
+    interrupt_on_signals()
     results = run(QUICK if args.quick else FULL, "quick" if args.quick else "full", command)
     # the marked sections (the soak's, mesh traffic's, the k8s tier's, ...) are their own
     # benchmarks' to write

@@ -31,7 +31,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -48,7 +47,7 @@ from benchmarks.harness import (
     PodSubnets,
     agent_running,
     bench_agent_config,
-    interrupter,
+    interrupt_on_signals,
     ours_network,
     plugin_bin_dir,
     remove_agent_links,
@@ -147,9 +146,7 @@ def soak_one(name: str, args: argparse.Namespace, etcd_endpoints: list[str], tmp
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    handler = interrupter(os.getpid())
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGHUP, handler)
+    interrupt_on_signals()
     raw = sys.argv[1:] if argv is None else argv
     command = " ".join(["python -m benchmarks.soak", *raw])
     header = {"command": command, "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
