@@ -12,6 +12,10 @@ The public API:
     Compiled(pods: {PodKey: PodPolicy}, warnings)                      its result
     PodPolicy(pod, node_addresses, ingress, egress: DirectionRules(isolated, rules))
     Rule(peers: CIDRs, ports: (PortRange, ...) | None = all traffic, policies)
+    DirectionRules.shared: (SetRule(sets: (PeerSet(name, members), ...), static, ports,
+        policies), ...)                                                the same, selectors as sets
+    policy.cluster.Cluster(pods, namespaces).update(changed, removed)  an index kept between
+    policy.compiler.compile_cluster(cluster, policies, ...)            compiles, and its compile
     PolicyError (ValueError): malformed input, naming the object and the field
 
 docs/policy.md gives the semantics and the choices the spec leaves open.

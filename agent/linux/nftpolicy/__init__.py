@@ -1,9 +1,11 @@
-"""NetworkPolicy in the kernel: the compiled rules (`policy/`) as nftables chains, verdict maps
-and counters in the agent's table `inet vswitch-cni`, beside NAT's objects (`hostnat/`).
+"""NetworkPolicy in the kernel: the compiled rules (`policy/`) as nftables chains, verdict maps,
+shared peer sets and counters in the agent's table `inet vswitch-cni`, beside NAT's objects
+(`hostnat/`).
 
-    render.py     pure: compiled rules -> nftables JSON commands (the objects and their verdicts
-                  are described there), and the transactions that replace them
-    verdict.py    pure: would the rules let this connection start now? (the conntrack sweep)
+    render.py     pure: compiled rules -> each pod's nftables objects (chains, counters, map
+                  elements, the shared peer sets; their verdicts are described there)
+    transactions.py  pure: the transactions that make the table hold them (full, diff, per pod)
+    verdict.py    pure: would the rules let this connection start now? what must be swept?
     conntrack.py  deletes the tracked connections a change denies (pyroute2, ctnetlink)
     views.py      pure: counts per policy and per pod, what is installed for a pod
     table.py      NftPolicy: apply / apply_pod / remove_pod / remove, counters, rules_for

@@ -2,10 +2,13 @@
 table, one libnftables transaction per change, sweeps the connections a change denies from
 conntrack, and reads the counters back.
 
-It keeps what it installed (the pods' rules, the objects by name and the chains' rules) to make
-each change a diff that touches only what changed: a pod event that changes nothing on the node
-costs no transaction, and one that changes one pod's peers rewrites that pod's chain alone, so an
-ADD (`apply_pod`, same lock) does not wait behind a rewrite of the whole node. It reads the
+It keeps what it installed (the pods' rules, the objects by name, the chains' rules, the peer
+sets' members) to make each change a diff that touches only what changed: a pod event that
+changes nothing on the node costs no transaction, a peer joining or leaving a selector is an
+element of that selector's set (no chain rewritten, no pod rendered again), and a policy change
+rewrites the chains of the pods it changes, so an ADD (`apply_pod`, same lock) does not wait
+behind a rewrite of the whole node. Allow counters no rule uses any more stay idle, still
+counted, until the next repairing apply reads and retires them. It reads the
 kernel before its first change, at a full `apply` when its last read is `verify_every` seconds
 old, and when a diff fails; such an apply rewrites every object, so that it starts from what a
 previous agent left there and repairs what someone changed by hand (within `verify_every`).
