@@ -91,7 +91,7 @@ class Client:
             conn = getattr(self._local, "conn", None)
             if conn is None:
                 conn = self._local.conn = http.client.HTTPSConnection(
-                    "127.0.0.1", self.api.port, context=self.api._context, timeout=30)
+                    "127.0.0.1", self.api.port, context=self.api.tls, timeout=30)
             try:
                 conn.request(method, path, json.dumps(body), headers={
                     "Authorization": f"Bearer {self.api.tokens[ADMIN]}",

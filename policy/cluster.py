@@ -58,8 +58,7 @@ class Cluster:
         self._namespaces: dict[LabelSelector, list[str]] = {}
         self._addresses: dict[str, dict[LabelSelector, AddressSet]] = {}
         self._sets: dict[str, PeerSet] = {}
-        # per set: its namespaces, and whether a namespace selector chose them
-        self._set_spans: dict[str, tuple[list[str], bool]] = {}
+        self._chosen: set[str] = set()  # the sets whose namespaces a namespace selector chose
         self._sets_in: dict[str, set[str]] = {}  # namespace -> the sets spanning it
         # what compiling a policy warns about, by (id, sctp), with the policy object (the
         # compiler's memo: policies outlive pod events)
@@ -93,7 +92,7 @@ class Cluster:
                 self._groups.pop(ns, None)
         if set(self.ns_labels) != namespaces_before:
             self._namespaces.clear()  # a namespace selector may match another set now
-            self._sets = {k: s for k, s in self._sets.items() if not self._set_spans[k][1]}
+            self._sets = {k: s for k, s in self._sets.items() if k not in self._chosen}
         for ns in touched:
             self._selected.pop(ns, None)
             self._addresses.pop(ns, None)
@@ -202,13 +201,14 @@ class Cluster:
         name = hashlib.sha256(f"{scope};pods={selector_text(pods)}".encode()).hexdigest()[:16]
         found = self._sets.get(name)
         if found is None:
-            by_selector = peer.namespace_selector is not None
-            spaces = self.namespaces(peer.namespace_selector) \
-                if peer.namespace_selector is not None else [policy_namespace]
+            if peer.namespace_selector is None:
+                spaces = [policy_namespace]
+            else:
+                spaces = self.namespaces(peer.namespace_selector)
+                self._chosen.add(name)
             members = sorted((ip for ns in spaces for pod in self.select(ns, pods)
                               for ip in pod.ips), key=addresses.point)
             found = self._sets[name] = PeerSet(name, tuple(members))
-            self._set_spans[name] = (spaces, by_selector)
             for ns in spaces:
                 self._sets_in.setdefault(ns, set()).add(name)
         return found

@@ -24,8 +24,9 @@ joining or leaving a selector into one element per set, with no rule rewritten.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from policy import addresses
 from policy.addresses import AddressSet
@@ -168,22 +169,30 @@ RawRule = tuple[AddressSet, PortSet, str]
 _Work = tuple[AddressSet, PortSet, frozenset[str]]
 
 
-def _by_ports(rules: list[_Work]) -> list[_Work]:
-    groups: dict[PortSet, tuple[list[AddressSet], set[str]]] = {}
-    for peers, ports, policies in rules:
-        group = groups.setdefault(ports, ([], set()))
-        group[0].append(peers)
-        group[1].update(policies)
-    return [(addresses.union(p), ports, frozenset(pol)) for ports, (p, pol) in groups.items()]
+# Peers of either form: an AddressSet (`canonical`), or selector sets + static addresses
+# (`canonical_shared`); `unite` joins several into one.
+_P = TypeVar("_P", bound=Hashable)
 
 
-def _by_peers(rules: list[_Work]) -> list[_Work]:
-    groups: dict[AddressSet, tuple[list[PortSet], set[str]]] = {}
-    for peers, ports, policies in rules:
-        group = groups.setdefault(peers, ([], set()))
-        group[0].append(ports)
-        group[1].update(policies)
-    return [(peers, union_ports(p), frozenset(pol)) for peers, (p, pol) in groups.items()]
+def _merged(rules: list[tuple[_P, PortSet, frozenset[str]]],
+            unite: Callable[[list[_P]], _P]) -> list[tuple[_P, PortSet, frozenset[str]]]:
+    """Rules with equal ports merged (peers united), then rules with equal peers merged
+    (ports united), until nothing merges (exact: a direction's rules are ORed)."""
+    while True:
+        count = len(rules)
+        by_ports: dict[PortSet, tuple[list[_P], set[str]]] = {}
+        for peers, ports, policies in rules:
+            group = by_ports.setdefault(ports, ([], set()))
+            group[0].append(peers)
+            group[1].update(policies)
+        by_peers: dict[_P, tuple[list[PortSet], set[str]]] = {}
+        for ports, (peer_list, named) in by_ports.items():
+            entry = by_peers.setdefault(unite(peer_list), ([], set()))
+            entry[0].append(ports)
+            entry[1].update(named)
+        rules = [(peers, union_ports(p), frozenset(pol)) for peers, (p, pol) in by_peers.items()]
+        if len(rules) == count:
+            return rules
 
 
 def _drop_subsumed(rules: list[_Work]) -> list[_Work]:
@@ -205,56 +214,43 @@ def _ports_key(ports: PortSet) -> tuple[object, ...]:
 
 # The compiler's raw shared rules: (sets, static peers, ports, policy).
 RawSetRule = tuple[frozenset[PeerSet], AddressSet, PortSet, str]
-_SetWork = tuple[frozenset[PeerSet], AddressSet, PortSet, frozenset[str]]
+_SharedPeers = tuple[frozenset[PeerSet], AddressSet]
 
 
 def canonical_shared(raw: Iterable[RawSetRule],
                      networks: Callable[[AddressSet], tuple[IPNetwork, ...]]
                      ) -> tuple[SetRule, ...]:
-    """The shared rules of a direction: raw rules with equal ports merged (sets and static
-    peers united), then rules with equal peers merged (ports united), until nothing merges.
-    Unlike `canonical`, nothing depends on the sets' members (no subsumption, no rule dropped
-    for an empty set): the shape stays while pods come and go."""
-    rules: list[_SetWork] = [(sets, static, ports, frozenset((policy,)))
-                             for sets, static, ports, policy in raw
-                             if (sets or static) and (ports is None or ports)]
-    while True:
-        count = len(rules)
-        by_ports: dict[PortSet, tuple[set[PeerSet], list[AddressSet], set[str]]] = {}
-        for sets, static, ports, policies in rules:
-            group = by_ports.setdefault(ports, (set(), [], set()))
-            group[0].update(sets)
-            group[1].append(static)
-            group[2].update(policies)
-        by_peers: dict[tuple[frozenset[PeerSet], AddressSet],
-                       tuple[list[PortSet], set[str]]] = {}
-        for ports, (members, statics, named) in by_ports.items():
-            entry = by_peers.setdefault((frozenset(members), addresses.union(statics)),
-                                        ([], set()))
-            entry[0].append(ports)
-            entry[1].update(named)
-        rules = [(peers, static, union_ports(p), frozenset(pol))
-                 for (peers, static), (p, pol) in by_peers.items()]
-        if len(rules) == count:
-            break
+    """The shared rules of a direction, merged as `canonical` merges. Unlike it, nothing
+    depends on the sets' members (no subsumption, no rule dropped for an empty set): the shape
+    stays while pods come and go."""
+    def unite(peers: list[_SharedPeers]) -> _SharedPeers:
+        return frozenset().union(*(p[0] for p in peers)), addresses.union(p[1] for p in peers)
+
+    rules = _merged([((sets, static), ports, frozenset((policy,)))
+                     for sets, static, ports, policy in raw
+                     if (sets or static) and (ports is None or ports)], unite)
     out = [SetRule(tuple(sorted(sets, key=lambda s: s.name)), networks(static), ports,
-                   tuple(sorted(policies))) for sets, static, ports, policies in rules]
+                   tuple(sorted(policies))) for (sets, static), ports, policies in rules]
     out.sort(key=lambda r: (_ports_key(r.ports), [s.name for s in r.sets],
                             [(n.version, int(n.network_address), n.prefixlen) for n in r.static]))
     return tuple(out)
 
 
+def shared_shape(spec: DirectionRules) -> object | None:
+    """A direction's shared rules without the sets' members (None: built without a shared
+    form): equal before and after a peer change, so what depends on it alone stays."""
+    if spec.shared is None:
+        return None
+    return spec.isolated, tuple((tuple(s.name for s in r.sets), r.static, r.ports, r.policies)
+                                for r in spec.shared)
+
+
 def canonical(raw: Iterable[RawRule],
               networks: Callable[[AddressSet], tuple[IPNetwork, ...]]) -> tuple[Rule, ...]:
     """The canonical rules of a direction from its raw rules (a set: order is irrelevant)."""
-    rules: list[_Work] = [(peers, ports, frozenset((policy,))) for peers, ports, policy in raw
-                          if peers and (ports is None or ports)]
-    while True:
-        count = len(rules)
-        rules = _by_peers(_by_ports(rules))
-        if len(rules) == count:
-            break
-    rules = _drop_subsumed(rules)
+    rules = _drop_subsumed(_merged([(peers, ports, frozenset((policy,)))
+                                    for peers, ports, policy in raw
+                                    if peers and (ports is None or ports)], addresses.union))
     rules.sort(key=lambda r: (_ports_key(r[1]), r[0]))
     return tuple(Rule(networks(peers), ports, tuple(sorted(policies)))
                  for peers, ports, policies in rules)

@@ -71,7 +71,7 @@ class KubeApiServer:
         lines += [f"{self.tokens[u]},{u},uid-{u}" for u in users]
         self.token_file = self.root / "tokens.csv"
         self.token_file.write_text("\n".join(lines) + "\n")
-        self._context = ssl.create_default_context(cafile=str(self.ca.cert))
+        self.tls = ssl.create_default_context(cafile=str(self.ca.cert))  # trusts this server
 
     @property
     def url(self) -> str:
@@ -166,7 +166,7 @@ class KubeApiServer:
             "Authorization": f"Bearer {self.tokens[user]}", "Content-Type": content_type,
             "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout, context=self._context) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.tls) as resp:
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as err:
             status, raw = err.code, err.read()

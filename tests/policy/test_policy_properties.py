@@ -47,7 +47,7 @@ from policy import (
 from policy import policy_from_k8s as parse_policy
 from policy.cluster import Cluster
 from policy.compiler import compile_cluster
-from policy.rules import Rule, ports_subset
+from policy.rules import Rule, ports_subset, shared_shape
 from tests.policy.reference import Conn, Reference, compiled_allows, shared_allows
 from tests.policy.strategies import (
     NODES,
@@ -227,8 +227,7 @@ def test_probed_addresses_cover_every_pool() -> None:
 def _shape(rules: DirectionRules) -> object:
     """A direction's shared rules without the sets' members."""
     assert rules.shared is not None or not rules.isolated
-    return [(tuple(s.name for s in r.sets), r.static, r.ports, r.policies)
-            for r in rules.shared or ()]
+    return shared_shape(rules)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from policy import DirectionRules, PodKey, PodPolicy
 from policy.model import IPAddress, IPNetwork
-from policy.rules import PortSet
+from policy.rules import PortSet, shared_shape
 
 Cmd = dict[str, Any]
 Expr = list[dict[str, Any]]
@@ -186,10 +186,10 @@ def _ports(ports: PortSet) -> list[Expr]:
 _Matches = list[tuple[tuple[str, ...], PortSet, dict[int, list[object]]]]
 
 
-def _peer_matches(spec: DirectionRules, out: Rendered) -> _Matches:
+def _peer_matches(spec: DirectionRules) -> _Matches:
     """What each rule's peer matches compare with: an anonymous set of CIDRs (`rules`), or,
-    with the shared form, each selector's named set (added to `out.sets`) and the static
-    CIDRs. An empty anonymous set stands for "none of this version" (no rule)."""
+    with the shared form, each selector's named set (`peer_sets`) and the static CIDRs. An
+    empty anonymous set stands for "none of this version" (no rule)."""
     if spec.shared is None:
         return [(rule.policies, rule.ports, {v: [{"set": [_elem(n) for n in rule.peers
                                                           if n.version == v]}]
@@ -198,11 +198,7 @@ def _peer_matches(spec: DirectionRules, out: Rendered) -> _Matches:
     for shared in spec.shared:
         per_version: dict[int, list[object]] = {}
         for version in VERSIONS:
-            refs: list[object] = []
-            for peer_set in shared.sets:
-                name = peer_set_name(peer_set.name, version)
-                out.sets[name] = peer_set.by_version[version]
-                refs.append(f"@{name}")
+            refs: list[object] = [f"@{peer_set_name(s.name, version)}" for s in shared.sets]
             static = [_elem(n) for n in shared.static if n.version == version]
             per_version[version] = [*refs, {"set": static}]
         matches.append((shared.policies, shared.ports, per_version))
@@ -226,7 +222,7 @@ def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> N
         if mine:
             body.append([match_expr(payload(l3proto(version), peer), {"set": mine}),
                          {"return": None}])
-    for policies, port_set, per_version in _peer_matches(spec, out):
+    for policies, port_set, per_version in _peer_matches(spec):
         names = [allow_counter(key, direction, p) for p in policies]
         for name, policy in zip(names, policies, strict=True):
             out.counters[name] = f"{policy} allows {key} {direction}"[:COMMENT_MAX]
@@ -255,7 +251,7 @@ def render(desired: Mapping[PodKey, PodRules]) -> Rendered:
 
 def render_pod(key: PodKey, rules: PodRules) -> Rendered:
     """One pod's objects (what `render` gives for it alone)."""
-    out = Rendered()
+    out = Rendered(sets=peer_sets(rules))
     for direction in DIRECTIONS:
         if getattr(rules.policy, direction).isolated:
             _pod_chain(key, rules, direction, out)
@@ -266,10 +262,8 @@ def shape(rules: PodRules) -> object:
     """What a pod's chains, counters and map elements depend on: everything but the members
     of its peer sets (a peer change leaves it equal: the pod need not be rendered again)."""
     def direction(spec: DirectionRules) -> object:
-        if spec.shared is None:
-            return spec
-        return spec.isolated, tuple((tuple(s.name for s in r.sets), r.static, r.ports,
-                                     r.policies) for r in spec.shared)
+        found = shared_shape(spec)
+        return spec if found is None else found
     return (rules.addresses, rules.judged, rules.policy.pod, rules.policy.node_addresses,
             direction(rules.policy.ingress), direction(rules.policy.egress))
 

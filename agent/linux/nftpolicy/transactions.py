@@ -69,7 +69,7 @@ def _base_rules(table: str) -> list[Cmd]:
     for version in VERSIONS:
         for end in ("saddr", "daddr"):
             cmds.append(rule([new, no_syn, match_expr(payload(l3proto(version), end),
-                                                  f"@{set_name(version)}"), {"drop": None}]))
+                                                      f"@{set_name(version)}"), {"drop": None}]))
     for direction in ("egress", "ingress"):  # the source's egress first, then the destination
         for version in VERSIONS:
             key = payload(l3proto(version), POD_FIELD[direction])

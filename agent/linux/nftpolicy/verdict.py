@@ -17,6 +17,7 @@ from agent.linux.nftpolicy.render import PodRules
 from policy import DirectionRules, PodKey, PortRange, Rule
 from policy.addresses import AddressSet, issubset, of_addresses, of_network, point, union
 from policy.model import IPAddress, IPNetwork
+from policy.rules import PeerSet, shared_shape
 
 PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
 
@@ -108,14 +109,20 @@ def _members_grew(before: DirectionRules, after: DirectionRules) -> bool | None:
     """With shared rules of one shape (a peer change, the common one): whether every set's
     members are a superset of what they were, checked without address arithmetic (a set that
     lost one says no, cautiously: another rule may still allow it). None: of other shapes."""
-    if before.shared is None or after.shared is None or len(before.shared) != len(after.shared):
+    pairs = _set_pairs(before, after)
+    return None if pairs is None else all(a.points <= b.points for a, b in pairs)
+
+
+def _set_pairs(before: DirectionRules, after: DirectionRules
+               ) -> list[tuple[PeerSet, PeerSet]] | None:
+    """Each set of `before`'s shared rules beside the same set in `after`'s, when the two
+    differ in members only (None: in more, or without a shared form)."""
+    shape = shared_shape(before)
+    if shape is None or shape != shared_shape(after):
         return None
-    for old, new in zip(before.shared, after.shared, strict=True):
-        if (old.static, old.ports, [s.name for s in old.sets]) != \
-                (new.static, new.ports, [s.name for s in new.sets]):
-            return None
-    return all(a.points <= b.points for old, new in zip(before.shared, after.shared, strict=True)
-               for a, b in zip(old.sets, new.sets, strict=True))
+    assert before.shared is not None and after.shared is not None
+    return [pair for old, new in zip(before.shared, after.shared, strict=True)
+            for pair in zip(old.sets, new.sets, strict=True)]
 
 
 def to_sweep(old: PodRules | None, new: PodRules) -> tuple[IPAddress, ...]:
@@ -142,11 +149,9 @@ def _left_sets(old: PodRules, new: PodRules) -> set[IPAddress] | None:
             return None
         if not before.isolated:
             continue
-        if _members_grew(before, after) is None or before.shared is None or \
-                after.shared is None:
+        pairs = _set_pairs(before, after)
+        if pairs is None:
             return None
-        for r_old, r_new in zip(before.shared, after.shared, strict=True):
-            for a, b in zip(r_old.sets, r_new.sets, strict=True):
-                if not a.points <= b.points:
-                    left.update(m for m in a.members if point(m) not in b.points)
+        for a, b in pairs:
+            left.update(m for m in a.members if point(m) not in b.points)
     return left
