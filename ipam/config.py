@@ -1,7 +1,8 @@
 """The `IPAMConfig:` section of the agent's YAML: parsed, validated and typed once at start.
 
 Keys follow Contiv-VPP's `contiv.yaml` (PascalCase; matched case-insensitively so that the camelCase
-spelling of Contiv's later JSON config is accepted too) with Contiv's defaults. `ContivCIDR` carves
+spelling of Contiv's later JSON config is accepted too) with Contiv's defaults (the fields and their
+defaults: `AddressPlan` in ipam/plan.py, which `IPAMConfig` extends). `ContivCIDR` carves
 every subnet out of one block the way Contiv did (see `_carve_contiv_cidr`). Our extension for dual
 stack is `PodSubnetV6CIDR` + `PodNetworkV6PrefixLen`: a pod then gets one address per family.
 
@@ -23,6 +24,7 @@ from ipam._parse import (
     parse_network,
     parse_prefix_len,
 )
+from ipam.plan import DEFAULT_V6_HOST_PREFIX, DEFAULT_V6_POD_PREFIX, AddressPlan
 from ipam.validate import validate_config
 
 # Canonical key -> dataclass field. Lookup is case-insensitive (see `_canonical_keys`).
@@ -52,33 +54,13 @@ _IGNORED: dict[str, str] = {
 _CARVED = ("PodSubnetCIDR", "PodNetworkPrefixLen", "VPPHostSubnetCIDR",
            "VPPHostNetworkPrefixLen", "VxlanCIDR")
 
-# Contiv's defaults (module constants: a dataclass default must be an immutable value).
-_POD: IPNetwork = ipaddress.IPv4Network("10.1.0.0/16")
-_VPP_HOST: IPNetwork = ipaddress.IPv4Network("172.30.0.0/16")
-_INTERCONNECT: IPNetwork = ipaddress.IPv4Network("192.168.16.0/24")
-_VXLAN: IPNetwork = ipaddress.IPv4Network("192.168.30.0/24")
-_SERVICE: IPNetwork = ipaddress.IPv4Network("10.96.0.0/12")
-
-_DEFAULT_V6_POD_PREFIX = 64  # a /64 per node keeps SLAAC-sized subnets
-_DEFAULT_V6_HOST_PREFIX = 112
-
 
 @dataclass(frozen=True)
-class IPAMConfig:
-    """Cluster-wide address plan; every node derives its own subnets from it and its node ID."""
-
-    pod_subnet_cidr: IPNetwork = _POD
-    pod_network_prefix_len: int = 24
-    pod_subnet_v6_cidr: ipaddress.IPv6Network | None = None
-    pod_network_v6_prefix_len: int | None = None
-    vpp_host_subnet_cidr: IPNetwork = _VPP_HOST
-    vpp_host_network_prefix_len: int = 24
-    node_interconnect_cidr: IPNetwork | None = _INTERCONNECT
-    node_interconnect_dhcp: bool = False
-    vxlan_cidr: IPNetwork = _VXLAN
-    service_cidr: IPNetwork = _SERVICE
-    contiv_cidr: IPNetwork | None = None
-    default_gateway: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+class IPAMConfig(AddressPlan):
+    """The address plan as the `IPAMConfig:` section gives it: parsed and checked by
+    `from_mapping`. The fields, their defaults and what follows from them are AddressPlan's
+    (ipam/plan.py); this subclass adds only the parsing and the checks. They stay off
+    AddressPlan because validate.py and subnets.py import AddressPlan, and these call them."""
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, object]) -> tuple[IPAMConfig, list[str]]:
@@ -104,36 +86,6 @@ class IPAMConfig:
     def validate(self) -> None:
         """Checks prefix lengths, overlaps and the node-ID range; raises ConfigError."""
         validate_config(self)
-
-    def pod_subnets(self) -> tuple[tuple[str, IPNetwork, int], ...]:
-        """(key, cluster pod subnet, per-node prefix length) per address family, primary first."""
-        out: list[tuple[str, IPNetwork, int]] = [
-            ("PodSubnetCIDR", self.pod_subnet_cidr, self.pod_network_prefix_len)]
-        if self.pod_subnet_v6_cidr is not None:
-            v6_len = self.pod_network_v6_prefix_len or _DEFAULT_V6_POD_PREFIX
-            out.append(("PodSubnetV6CIDR", self.pod_subnet_v6_cidr, v6_len))
-        return tuple(out)
-
-    def to_contiv_json(self) -> dict[str, object]:
-        """The config as Contiv's REST answer spells it (camelCase; "" for an unset CIDR)."""
-
-        def text(value: object | None) -> str:
-            return "" if value is None else str(value)
-
-        return {
-            "podSubnetCIDR": str(self.pod_subnet_cidr),
-            "podNetworkPrefixLen": self.pod_network_prefix_len,
-            "podSubnetV6CIDR": text(self.pod_subnet_v6_cidr),
-            "podNetworkV6PrefixLen": self.pod_network_v6_prefix_len or 0,
-            "vppHostSubnetCIDR": str(self.vpp_host_subnet_cidr),
-            "vppHostNetworkPrefixLen": self.vpp_host_network_prefix_len,
-            "nodeInterconnectCIDR": text(self.node_interconnect_cidr),
-            "nodeInterconnectDHCP": self.node_interconnect_dhcp,
-            "vxlanCIDR": str(self.vxlan_cidr),
-            "serviceCIDR": str(self.service_cidr),
-            "contivCIDR": text(self.contiv_cidr),
-            "defaultGateway": text(self.default_gateway),
-        }
 
 
 def _canonical_keys(m: Mapping[str, object]) -> tuple[dict[str, object], list[str]]:
@@ -180,11 +132,11 @@ def _apply_family_defaults(cfg: IPAMConfig, given: Mapping[str, object]) -> IPAM
     """Contiv's /24 defaults make no sense for an IPv6 subnet: pick IPv6-sized ones instead."""
     changes: dict[str, Any] = {}
     if cfg.pod_subnet_cidr.version == 6 and "PodNetworkPrefixLen" not in given:
-        changes["pod_network_prefix_len"] = _DEFAULT_V6_POD_PREFIX
+        changes["pod_network_prefix_len"] = DEFAULT_V6_POD_PREFIX
     if cfg.vpp_host_subnet_cidr.version == 6 and "VPPHostNetworkPrefixLen" not in given:
-        changes["vpp_host_network_prefix_len"] = _DEFAULT_V6_HOST_PREFIX
+        changes["vpp_host_network_prefix_len"] = DEFAULT_V6_HOST_PREFIX
     if cfg.pod_subnet_v6_cidr is not None and cfg.pod_network_v6_prefix_len is None:
-        changes["pod_network_v6_prefix_len"] = _DEFAULT_V6_POD_PREFIX
+        changes["pod_network_v6_prefix_len"] = DEFAULT_V6_POD_PREFIX
     return replace(cfg, **changes) if changes else cfg
 
 

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ipam._parse import ConfigError, IPAddress, IPNetwork
-
-if TYPE_CHECKING:  # annotations only: config imports this module at run time
-    from ipam.config import IPAMConfig
+from ipam.plan import AddressPlan
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
@@ -56,7 +53,7 @@ def _host_slots(subnet: IPNetwork, skip: IPAddress | None) -> int:
     return max(slots, 0)
 
 
-def node_id_bounds(cfg: IPAMConfig) -> list[tuple[int, str]]:
+def node_id_bounds(cfg: AddressPlan) -> list[tuple[int, str]]:
     """(bound, key that causes it) for every rule limiting the node ID."""
     bounds = [(_split_count(net, plen), key) for key, net, plen in cfg.pod_subnets()]
     bounds.append((_split_count(cfg.vpp_host_subnet_cidr, cfg.vpp_host_network_prefix_len),
@@ -69,7 +66,7 @@ def node_id_bounds(cfg: IPAMConfig) -> list[tuple[int, str]]:
     return bounds
 
 
-def max_node_id(cfg: IPAMConfig) -> int:
+def max_node_id(cfg: AddressPlan) -> int:
     """The largest valid node ID (IDs start at 1)."""
     return min(bound for bound, _ in node_id_bounds(cfg))
 
@@ -86,7 +83,7 @@ def _host(subnet: IPNetwork, number: int) -> IPInterface:
     return ipaddress.ip_interface((address, subnet.prefixlen))
 
 
-def _interconnect_ip(cfg: IPAMConfig, node_id: int) -> IPInterface | None:
+def _interconnect_ip(cfg: AddressPlan, node_id: int) -> IPInterface | None:
     subnet = cfg.node_interconnect_cidr
     if cfg.node_interconnect_dhcp or subnet is None:
         return None
@@ -99,7 +96,7 @@ def _interconnect_ip(cfg: IPAMConfig, node_id: int) -> IPInterface | None:
     return _host(subnet, number)
 
 
-def check_node_id(cfg: IPAMConfig, node_id: int) -> None:
+def check_node_id(cfg: AddressPlan, node_id: int) -> None:
     """Raises ConfigError naming the bound (and the key that sets it) for an invalid ID."""
     bound, key = min(node_id_bounds(cfg))
     if isinstance(node_id, bool) or not isinstance(node_id, int) or not 1 <= node_id <= bound:
@@ -107,7 +104,7 @@ def check_node_id(cfg: IPAMConfig, node_id: int) -> None:
                           f"{key} allows); enlarge that subnet for more nodes")
 
 
-def node_networks(cfg: IPAMConfig, node_id: int) -> NodeNetworks:
+def node_networks(cfg: AddressPlan, node_id: int) -> NodeNetworks:
     """The subnets and addresses of node `node_id` (1-based)."""
     check_node_id(cfg, node_id)
     pods = tuple(_node_subnet(net, plen, node_id) for _, net, plen in cfg.pod_subnets())

@@ -1,5 +1,5 @@
-"""Whole-config checks of an `IPAMConfig`: usable ranges, prefix lengths that fit, no overlaps,
-room for a node.
+"""Whole-config checks of the address plan (`AddressPlan`, ipam/plan.py): usable ranges, prefix
+lengths that fit, no overlaps, room for a node.
 
 Run once at start (`IPAMConfig.from_mapping` calls it); a refusal names the key, the value and
 what to change. Pure: no I/O.
@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 from itertools import combinations
-from typing import TYPE_CHECKING
 
 from ipam._parse import ConfigError, IPNetwork
+from ipam.plan import AddressPlan
 from ipam.subnets import node_id_bounds
-
-if TYPE_CHECKING:  # annotations only: config imports this module at run time
-    from ipam.config import IPAMConfig
 
 # Host numbers a per-node subnet must hold beside its pods or interconnect ends.
 _MIN_POD_ADDRESSES = 8  # network, gateway, reserved last, broadcast + at least 4 pods
@@ -44,7 +41,7 @@ _UNUSABLE: tuple[tuple[IPNetwork, str], ...] = tuple(
     ])
 
 
-def _check_usable(cfg: IPAMConfig) -> None:
+def _check_usable(cfg: AddressPlan) -> None:
     """Every subnet the plan uses lies outside the unusable ranges (ContivCIDR first: the
     subnets it carves are inside it, and the key to change is its)."""
     subnets: list[tuple[str, IPNetwork]] = []
@@ -79,7 +76,7 @@ def _check_split(cluster_key: str, cluster: IPNetwork, len_key: str, plen: int,
                           f"node; use /{longest} or shorter")
 
 
-def _check_overlaps(cfg: IPAMConfig) -> None:
+def _check_overlaps(cfg: AddressPlan) -> None:
     subnets: list[tuple[str, IPNetwork]] = [(key, net) for key, net, _ in cfg.pod_subnets()]
     subnets.append(("VPPHostSubnetCIDR", cfg.vpp_host_subnet_cidr))
     if not cfg.node_interconnect_dhcp and cfg.node_interconnect_cidr is not None:
@@ -92,7 +89,7 @@ def _check_overlaps(cfg: IPAMConfig) -> None:
                               "every subnet must be disjoint")
 
 
-def _check_gateway(cfg: IPAMConfig) -> None:
+def _check_gateway(cfg: AddressPlan) -> None:
     gateway, subnet = cfg.default_gateway, cfg.node_interconnect_cidr
     if gateway is None or subnet is None or cfg.node_interconnect_dhcp:
         return
@@ -101,7 +98,7 @@ def _check_gateway(cfg: IPAMConfig) -> None:
                           f"not inside NodeInterconnectCIDR {subnet}")
 
 
-def validate_config(cfg: IPAMConfig) -> None:
+def validate_config(cfg: AddressPlan) -> None:
     _check_usable(cfg)
     for key, net, plen in cfg.pod_subnets():
         len_key = "PodNetworkV6PrefixLen" if key == "PodSubnetV6CIDR" else "PodNetworkPrefixLen"

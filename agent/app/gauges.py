@@ -4,18 +4,15 @@ so a scrape never waits on etcd or the vswitch."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from agent.app.running import RunningAgent
 from agent.infra.health import PROBE_INTERVAL
 from agent.lifecycle.reconcile import ReconcileReport
 from agent.state.journal import DeleteJournal
 from ipam import NodeAllocator
 
-if TYPE_CHECKING:  # annotations only: agent.py imports this module
-    from agent.app.agent import Agent
 
-
-def register_gauges(agent: Agent, pools: NodeAllocator, journal: DeleteJournal) -> None:
+def register_gauges(agent: RunningAgent, pools: NodeAllocator, journal: DeleteJournal) -> None:
     """The scrape-time gauges (docs/metrics.md)."""
     m = agent.metrics
     # Every pod holds one address of the first family, so the pool's use counts the pods.
@@ -53,7 +50,7 @@ def register_gauges(agent: Agent, pools: NodeAllocator, journal: DeleteJournal) 
                lambda: mesh_counts(agent))
 
 
-def mesh_counts(agent: Agent) -> list[tuple[tuple[str], float]]:
+def mesh_counts(agent: RunningAgent) -> list[tuple[tuple[str], float]]:
     """Remote nodes by mesh state."""
     counts = dict.fromkeys(("programmed", "failed", "pending"), 0)
     if agent.cluster is not None:

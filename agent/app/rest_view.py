@@ -3,21 +3,19 @@ state the agent already holds; the etcd-backed views through REST's own client."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agent.app.running import RunningAgent
 from agent.lifecycle.pods import PodManager
 from agent.model.errors import NotReady, TryAgainLater
 from agent.model.pod import PodKey
 from ipam import IPAMConfig, NodeNetworks
 
-if TYPE_CHECKING:  # annotations only: agent.py imports this module
-    from agent.app.agent import Agent
-
 
 class AgentView:
     """The agent as agent/api/rest sees it."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: RunningAgent) -> None:
         self.agent = agent
 
     @property
