@@ -36,7 +36,7 @@ test: setup
 	$(MAKE) --no-print-directory check
 
 bench: setup
-	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks run --all
 
 # What `make test` runs once set up: the generated-code check, ruff, mypy, the import contracts
 # (lint-imports: the agent's wings, docs/architecture.md), then the whole suite.

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-# The buckets the benchmarks' figures were made with (benchmarks/agent_metrics.py reads them).
+# The buckets the benchmarks' figures were made with (benchmarks/core/agent_metrics.py reads them).
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 LabelledRead = Callable[[], Sequence[tuple[Sequence[str], float]]]  # (label values, value)

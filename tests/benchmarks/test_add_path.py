@@ -1,7 +1,7 @@
 """The ADD-path benchmark (issue #22's module count), run for real, small, so that it cannot rot
 (no time is asserted).
 
-Test plan: `benchmarks.add_path.measure` (as root: a node namespace, a real etcd, the kernel
+Test plan: `benchmarks.cni.add_path.measure` (as root: a node namespace, a real etcd, the kernel
 driver) traces one ADD: the modules it names include the request's way through the wings (the
 gRPC service, the pod manager, the kernel driver, the pod's netlink) and nothing of the tracer
 or the test, and no more of the project's than 18 (a ratchet: 19 ran before the agent moved
@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from benchmarks import add_path
+from benchmarks.cni import add_path
 
 ADD_PATH_MODULES = 18  # d9f47b2, before the wings: 19
 
@@ -33,7 +33,7 @@ def test_one_traced_add_names_its_modules_and_one_netns_open() -> None:
     assert len(ours) <= ADD_PATH_MODULES, ours
     assert figures["opened"] == 1 and figures["entered"] >= 1
     assert figures["runs"] == 2 and 0 < figures["min_ms"] <= figures["median_ms"]
-    text = add_path.section(figures, "python3 -m benchmarks.add_path", ("1.0", "1.1"))
+    text = add_path.section(figures, "python -m benchmarks run add-path", ("1.0", "1.1"))
     assert text.startswith(add_path.BEGIN) and text.rstrip().endswith(add_path.END)
     rows = [line for line in text.splitlines() if line.startswith("| agent") or
             line.startswith("| ipam")]

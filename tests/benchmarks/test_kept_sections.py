@@ -1,4 +1,4 @@
-"""A full `benchmarks.run` rewrites BENCHMARKS.md but keeps the sections other commands wrote
+"""A full `benchmarks.cni.suite` rewrites BENCHMARKS.md but keeps the sections other commands wrote
 between their markers, whatever their name (the k8s tier's among them), in the file's order.
 """
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.soak_report import kept_sections
+from benchmarks.core.sections import kept_sections
 
 
 def test_every_marked_section_is_kept_in_order(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
-"""benchmarks/mesh_traffic (pod traffic with the node mesh on, issue #25), so that it cannot rot:
+"""benchmarks/traffic/mesh.py (pod traffic with the node mesh on, issue #25), so that it cannot rot:
 CI runs its quick mode on the kernel setup and checks the report; its pure parts with made-up
 results. No timing is asserted.
 
 Test plan:
-- `python -m benchmarks.mesh_traffic --quick --setup kernel` exits 0, measures every row (one
+- `python -m benchmarks run mesh-traffic --quick --setup kernel` exits 0, measures every row (one
   value each, TCP rows with their retransmits), writes its section between its markers into an
   existing file and leaves the rest of the file as it was (a second run replaces the section),
   and leaves no namespace of its own behind.
@@ -26,11 +26,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.mesh_traffic import SETUPS, parse, run_setup, short
-from benchmarks.mesh_traffic_report import BASELINE, BEGIN, END, QUICK, ROWS, SetupResult, render
+from benchmarks.core.sections import STAMP
+from benchmarks.traffic.mesh import SETUPS, parse, run_setup, short
+from benchmarks.traffic.mesh_report import BASELINE, BEGIN, END, QUICK, ROWS, SetupResult, render
 from testbed.tools import REPO
 
-HEADER = {"command": "python -m benchmarks.mesh_traffic", "started": "2026-11-26 04:00 UTC",
+HEADER = {"command": "python -m benchmarks run mesh-traffic", "started": "2026-11-26 04:00 UTC",
           "load_start": "1.00 1.00 1.00", "load_end": "2.00 1.50 1.00", "commit": "abc",
           "counts": QUICK, "note": "",
           "machine": {"CPU": "cpu", "cores (os.cpu_count)": "2", "memory": "1 GiB",
@@ -47,7 +48,7 @@ def namespaces_of(pid: int) -> list[str]:
 def test_the_quick_kernel_run_measures_every_row_and_writes_its_section(tmp_path: Path) -> None:
     out, data = tmp_path / "BENCHMARKS.md", tmp_path / "mesh.json"
     out.write_text("# Benchmarks\n\nother figures\n")
-    argv = [sys.executable, "-m", "benchmarks.mesh_traffic", "--quick", "--setup", "kernel",
+    argv = [sys.executable, "-m", "benchmarks.traffic.mesh", "--quick", "--setup", "kernel",
             "--out", str(out), "--json", str(data)]
     for _ in range(2):
         proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -65,7 +66,7 @@ def test_the_quick_kernel_run_measures_every_row_and_writes_its_section(tmp_path
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     section = text[text.index(BEGIN):text.index(END)]
     assert "## Pod traffic with the node mesh on" in section and "--setup kernel" in section
-    assert section in stdout
+    assert STAMP.sub("", section) in stdout  # printed as written, but for the stamp
 
 
 def test_a_setup_whose_agents_refuse_to_start_is_a_failed_setup() -> None:

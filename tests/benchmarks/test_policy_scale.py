@@ -1,4 +1,4 @@
-"""benchmarks.policy_scale without a cluster: its report (pure), and the proxy's byte count it
+"""benchmarks.policy.scale without a cluster: its report (pure), and the proxy's byte count it
 reads the agent's API traffic from. The run itself needs a kube-apiserver
 (VSWITCH_TEST_KUBE_APISERVER; docs/policy.md, "At cluster scale").
 
@@ -17,9 +17,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from benchmarks.policy_scale import node_ip
-from benchmarks.policy_scale_report import BEGIN, END, section
-from benchmarks.soak_report import publish
+from benchmarks.core.sections import publish
+from benchmarks.policy.scale import node_ip
+from benchmarks.policy.scale_report import BEGIN, END, section
 from testbed.tcpproxy import TcpProxy
 
 
@@ -39,7 +39,7 @@ def figures(cpu: float) -> dict[str, Any]:
 
 
 def test_the_section_gives_every_figure_and_each_targets_verdict() -> None:
-    text = section(figures(cpu=0.25), "python3 -m benchmarks.policy_scale --nodes 5")
+    text = section(figures(cpu=0.25), "python -m benchmarks run policy-scale --nodes 5")
     lines = text.splitlines()
     assert lines[0] == BEGIN and lines[-1] == END
     assert "holding 5 Nodes, 150 Pods in 1 namespaces" in text

@@ -1,13 +1,13 @@
-"""benchmarks.rcu_add's report: each VPP row is compared with the kernel dataplane's of the same
+"""benchmarks.cni.rcu_add's report: each VPP row is compared with the kernel dataplane's of the same
 round and knob, its medians are over rounds, and the agents' configs follow the knob as an
 operator's would.
 """
 
 from __future__ import annotations
 
-from benchmarks import rcu_add
-from benchmarks.cni_bench import Throughput
-from benchmarks.rcu_add import Row, agent_extra
+from benchmarks.cni import rcu_add
+from benchmarks.cni.rcu_add import Row, agent_extra
+from benchmarks.cni.verbs import Throughput
 
 P0 = "vpp, VppPodPool 4"
 
@@ -26,7 +26,7 @@ def test_vpp_rows_are_compared_with_the_kernel_of_their_round_and_knob() -> None
     assert rcu_add.ratio(rows, rows[7], "churn_ms") is None  # no churn measured there
     for row, add_rate in zip((rows[3], rows[7]), (30.0, 40.0), strict=True):
         row.burst = Throughput(48, add_rate, 50.0, [10.0, 30.0, 20.0], [5.0, 7.0, 6.0], {}, {})
-    text = rcu_add.section(rows, "python3 -m benchmarks.rcu_add", ("1", "2"), 100)
+    text = rcu_add.section(rows, "python -m benchmarks run rcu-add", ("1", "2"), 100)
     assert text.startswith(rcu_add.BEGIN) and text.rstrip().endswith(rcu_add.END)
     # 4 spares are VppPodPool's default under either knob; the churn's cells: its ADD and
     # that over the kernel's; the burst's: pods/s and the median latency

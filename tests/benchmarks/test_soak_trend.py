@@ -1,4 +1,4 @@
-"""How the soak judges a figure flat, growing or levelling off (benchmarks/soak_trend.py).
+"""How the soak judges a figure flat, growing or levelling off (benchmarks/soak/trend.py).
 
 Test plan, on made-up series (no soak run):
 - a line with alternating noise: its slope comes back exactly, the noise's negative
@@ -18,7 +18,7 @@ import math
 
 import pytest
 
-from benchmarks.soak_trend import fit_widened, halves, lag1, trend
+from benchmarks.soak.trend import fit_widened, halves, lag1, trend
 
 
 def series(values: list[float], step: float = 50.0) -> list[tuple[float, float]]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent.model.errors import TryAgainLater
-from benchmarks import soak_sample
-from benchmarks.soak_churn import Churn
-from benchmarks.soak_report import DataplaneRun, Window
+from benchmarks.soak import sample
+from benchmarks.soak.churn import Churn
+from benchmarks.soak.report import DataplaneRun, Window
 
 
 class _StopsAfterPing:
@@ -31,16 +31,16 @@ class _StopsAfterPing:
         return silent
 
 
-def _owned() -> soak_sample.Owned:
+def _owned() -> sample.Owned:
     empty: frozenset[str] = frozenset()
-    return soak_sample.Owned(live_links=empty, dead_links=empty, live_tags=empty,
+    return sample.Owned(live_links=empty, dead_links=empty, live_tags=empty,
                              dead_tags=empty, live_addresses=empty, dead_addresses=empty,
                              pod_subnet="10.1.0.0/16")
 
 
 def test_a_vpp_silent_after_its_ping_makes_a_silent_sample() -> None:
-    sample = soak_sample.vpp(_StopsAfterPing(), _owned(), 0, 1)  # type: ignore[arg-type]
-    assert sample == {"vpp_answers": 0.0}
+    got = sample.vpp(_StopsAfterPing(), _owned(), 0, 1)  # type: ignore[arg-type]
+    assert got == {"vpp_answers": 0.0}
 
 
 def _churn(*answers: float) -> tuple[Churn, list[str]]:

@@ -1,5 +1,5 @@
-"""benchmarks/udp_loss (where UDP datagrams are lost through VPP): its parsers on the formats
-VPP 26.06 and Linux print, and its reading of an AF_PACKET socket's ring statistics through
+"""benchmarks/traffic/udp_loss.py (where UDP datagrams are lost through VPP): its parsers on the
+formats VPP 26.06 and Linux print, and its reading of an AF_PACKET socket's ring statistics through
 another process's descriptor. No VPP needed; nothing timed.
 
 Test plan:
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.udp_loss import (
+from benchmarks.traffic.udp_loss import (
     delta,
     parse_links,
     parse_process,

@@ -1,15 +1,17 @@
-"""benchmarks/vpp_core (pod traffic when VPP has a CPU of its own, issue #25), so that it cannot
-rot: CI runs its quick mode on the kernel setups (a VPP setup is skipped without the real-VPP
+"""benchmarks/traffic/vpp_core.py (pod traffic when VPP has a CPU of its own, issue #25), so that it
+cannot rot: CI runs its quick mode on the kernel setups (a VPP setup is skipped without the real-VPP
 variables) and checks the report; the placement with real processes; the report's pure parts
 with made-up results. No timing is asserted.
 
 Test plan:
-- `python -m benchmarks.vpp_core --quick --setup kernel --setup kernel-any-cpu --setup
+- `python -m benchmarks run vpp-core --quick --setup kernel --setup kernel-any-cpu --setup
   kernel-2-nodes --setup vpp-own-core`, without the VPP variables, exits 0: the one-node kernel
   setups measure every one-node row once, the two-node one every row across once, the VPP
   setup is skipped with the reason; each setup says where it ran and how busy each CPU was;
   the section lands between its markers in an existing file, the rest of the file kept; no
-  namespace of its own is left.
+  namespace of its own is left. Each measured setup has a Gbit/s per busy CPU, and the picture
+  (docs/benchmarks/vpp-core.svg beside the file, shown in the section) has every measured setup
+  in its TCP and per-busy-CPU panels, the skipped one in none.
 - `placed`: a process started inside runs on the CPU given, the caller's affinity is back
   afterwards (also when the body raises); `move` moves every thread of a real process.
 - The command refuses the same CPU for the pods and VPP, and a CPU the process may not use.
@@ -29,12 +31,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.mesh_traffic_report import QUICK, SetupResult
-from benchmarks.vpp_core import (
+from benchmarks.core.plots import plot_dir, svg_series
+from benchmarks.core.sections import STAMP
+from benchmarks.traffic.mesh_report import QUICK, SetupResult
+from benchmarks.traffic.vpp_core import (
     ACROSS_ROWS,
     BEGIN,
     END,
     ONE_NODE_ROWS,
+    PER_CPU,
     SETUPS,
     busy,
     move,
@@ -55,7 +60,7 @@ def test_the_quick_kernel_run_measures_the_one_node_rows_and_skips_vpp(tmp_path:
     out.write_text("# Benchmarks\n\nother figures\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VSWITCH_TEST_VPP")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.vpp_core", "--quick", "--setup", "kernel",
+        [sys.executable, "-m", "benchmarks.traffic.vpp_core", "--quick", "--setup", "kernel",
          "--setup", "kernel-any-cpu", "--setup", "kernel-2-nodes", "--setup", "vpp-own-core",
          "--pods-cpu", str(CPUS[0]),
          "--vpp-cpu", str(CPUS[1]), "--out", str(out), "--json", str(data)],
@@ -76,7 +81,15 @@ def test_the_quick_kernel_run_measures_the_one_node_rows_and_skips_vpp(tmp_path:
     assert text.startswith("# Benchmarks\n\nother figures\n")
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     section = text[text.index(BEGIN):text.index(END)]
-    assert "## Pod traffic when VPP has a CPU of its own" in section and section in stdout
+    # the picture: every measured setup's TCP medians, and its Gbit/s per busy CPU
+    assert all(setup["config"][PER_CPU] > 0 for setup in (kernel, anywhere, two))
+    texts = svg_series(plot_dir(out) / "vpp-core.svg")
+    assert {"TCP on one node, one stream (median)", "TCP across nodes, one stream (median)",
+            "Gbit/s per busy CPU", "kernel", "kernel-any-cpu", "kernel-2-nodes"} <= texts
+    assert "vpp-own-core" not in texts  # skipped: nothing to draw
+    assert "](docs/benchmarks/vpp-core.svg)" in section
+    assert "## Pod traffic when VPP has a CPU of its own" in section
+    assert STAMP.sub("", section) in stdout  # printed as written, but for the stamp
     assert "across nodes" in section and "`kernel-2-nodes`" in section
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/vpp_livelock: its report, and one trial against a real VPP (marker `vpp`).
+"""benchmarks/traffic/vpp_livelock.py: its report, and one trial against a real VPP (marker `vpp`).
 
 Test plan:
 - the section holds its markers, the VPP's version and the command, and a row per trial, a VPP
@@ -14,16 +14,16 @@ import subprocess
 
 import pytest
 
-from benchmarks import vpp_livelock
+from benchmarks.traffic import vpp_livelock
 from testbed import vpp_nodes
 
 
 def test_the_section_has_a_row_per_trial_and_marks_a_silent_vpp() -> None:
     results = [{"count": 15, "mode": "interrupt", "answers": True, "version": "26.06-release"},
                {"count": 40, "mode": "interrupt", "answers": False, "version": "26.06-release"}]
-    text = vpp_livelock.section(results, "python3 -m benchmarks.vpp_livelock", ("1", "2"))
+    text = vpp_livelock.section(results, "python -m benchmarks run vpp-livelock", ("1", "2"))
     assert text.startswith(vpp_livelock.BEGIN) and text.rstrip().endswith(vpp_livelock.END)
-    assert "VPP: 26.06-release" in text and "`python3 -m benchmarks.vpp_livelock`" in text
+    assert "VPP: 26.06-release" in text and "`python -m benchmarks run vpp-livelock`" in text
     assert "| 15 | interrupt | yes |" in text and "| 40 | interrupt | **no** |" in text
 
 

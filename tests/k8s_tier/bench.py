@@ -14,7 +14,7 @@ once per dataplane, with the tier's workload, and measures:
 iperf3 and ping are the node's binaries, run in the pods' network namespaces (entered from here,
 as the tier's long-running traffic is). The clients are pods of the workload on the first node;
 the servers run in the namespaces of the `hairpin-<i>` backends (one pod per node), reached
-through Services of this module's (`bench-iperf-<i>`, on benchmarks.traffic's iperf3 port,
+through Services of this module's (`bench-iperf-<i>`, on benchmarks.traffic.one_node's iperf3 port,
 whose measuring code this module uses). `--write` puts the table in BENCHMARKS.md's own
 section; without it the table is printed only.
 """
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.linux import rcu
-from benchmarks.soak_report import write_section
-from benchmarks.traffic import IPERF_PORT, iperf, ping_rtt_ms
+from benchmarks.core.netperf import IPERF_PORT, iperf, ping_rtt_ms
+from benchmarks.core.sections import write_section
 from tests.k8s_tier import deploy
 from tests.k8s_tier.conftest import (
     ETCD_IMAGE,
@@ -66,7 +66,7 @@ class Rows:
 def _iperf_json(client: str, server: str, ip: str, seconds: int, *args: str,
                 connect: str = "") -> Any:
     """iperf3's JSON from pod namespace `client` to a server bound to `ip` in `server`
-    (benchmarks.traffic's, on its port; `connect`: a Service address DNATed to it)."""
+    (benchmarks.traffic.one_node's, on its port; `connect`: a Service address DNATed to it)."""
     return iperf(client, server, ip, list(args), seconds, connect=connect)
 
 

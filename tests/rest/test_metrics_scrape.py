@@ -8,7 +8,7 @@ Test plan:
   traffic; etcd and the kernel dataplane are up; the library's process series are there.
 - every series docs/metrics.md lists is in the scrape with exactly the labels it documents, and
   every vswitch_cni_* family of the scrape is documented.
-- the benchmarks' own reader (benchmarks/agent_metrics.py) still finds the histograms.
+- the benchmarks' own reader (benchmarks/core/agent_metrics.py) still finds the histograms.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from benchmarks import agent_metrics
+from benchmarks.core import agent_metrics
 from testbed.agent import AgentHandle, net_config, run_plugin, running_agent
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

@@ -33,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.dataplane.vpp import names
 from agent.linux import hostnat, rcu
 from agent.model.pod import PodKey
-from benchmarks import agent_metrics
+from benchmarks.core import agent_metrics
 from testbed.agent import (
     AgentHandle,
     agent_config,

@@ -33,7 +33,7 @@ pytestmark = [
 def test_a_short_soak_on_a_real_vpp_leaks_nothing(tmp_path: Path) -> None:
     data = tmp_path / "soak.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.soak", "--dataplane", "vpp", "--pods", "10",
+        [sys.executable, "-m", "benchmarks.soak.run", "--dataplane", "vpp", "--pods", "10",
          "--cycles", "400", "--window", "50", "--out", str(tmp_path / "soak.md"),
          "--json", str(data)],
         cwd=REPO, capture_output=True, text=True, timeout=1200, check=False,
