@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.core import machine
+from benchmarks.core.kwok import synthetic_policy
 from benchmarks.core.sections import markers, write_section
 from benchmarks.core.stats import Summary
 from policy import compile_policies, namespace_from_k8s, pod_from_k8s, policy_from_k8s
@@ -78,45 +79,8 @@ def cluster(n_pods: int, n_policies: int, seed: int = 7) -> tuple[list[Obj], lis
     policies = []
     for p in range(n_policies):
         n = p % n_ns
-        policies.append(_policy(f"team{n % 10}-{n:02d}", p // n_ns, n_ns, rng))
+        policies.append(synthetic_policy(f"team{n % 10}-{n:02d}", p // n_ns, n_ns, rng))
     return namespaces, pods[:n_pods + 2], policies
-
-
-def _policy(ns: str, index: int, n_ns: int, rng: random.Random) -> Obj:
-    app = {"matchLabels": {"app": f"app{index % 10}"}}
-    other = {"podSelector": {"matchLabels": {"app": f"app{rng.randrange(10)}"}}}
-    kind = index % 8
-    spec: Obj
-    if index == 0:
-        spec = {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}  # default deny
-    elif index == 1:
-        spec = {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}],
-                "egress": [{"to": [{"namespaceSelector": {"matchLabels": {
-                    "kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {
-                    "matchLabels": {"k8s-app": "kube-dns"}}}],
-                    "ports": [{"protocol": "UDP", "port": 53}, {"port": "dns-tcp"}]}]}
-    elif kind in (2, 3):
-        spec = {"podSelector": app, "ingress": [{"from": [other], "ports": [{"port": "http"}]}]}
-    elif kind == 4:
-        spec = {"podSelector": app, "ingress": [{"from": [{
-            "namespaceSelector": {"matchLabels": {"team": f"team{rng.randrange(10)}"}},
-            "podSelector": {"matchLabels": {"tier": "web"}}}],
-            "ports": [{"port": "http"}, {"port": "grpc"}]}]}
-    elif kind == 5:
-        spec = {"podSelector": {"matchExpressions": [
-            {"key": "tier", "operator": "In", "values": ["api", "db"]}]},
-            "ingress": [{"from": [{"podSelector": {"matchExpressions": [
-                {"key": "tier", "operator": "NotIn", "values": ["db"]},
-                {"key": "version", "operator": "Exists"}]}}],
-                "ports": [{"port": 5000, "endPort": 5100}, {"protocol": "UDP", "port": 5353}]}]}
-    elif kind == 6:
-        spec = {"podSelector": app, "egress": [{"to": [{"ipBlock": {
-            "cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "169.254.169.254/32"]}}],
-            "ports": [{"port": 443}]}, {"to": [other], "ports": [{"port": "http"}]}]}
-    else:
-        spec = {"podSelector": app, "ingress": [{"from": [{"namespaceSelector": {
-            "matchLabels": {"env": "prod"}}}], "ports": [{"port": "metrics"}]}]}
-    return {"metadata": {"namespace": ns, "name": f"policy-{index}"}, "spec": spec}
 
 
 def _timed(runs: int, fn: Any) -> tuple[Summary, Any]:

@@ -61,21 +61,14 @@ from benchmarks.core.harness import (
     remove_agent_links,
     wait_ready,
 )
+from benchmarks.core.kwok import USER, kube_api
 from benchmarks.core.netperf import iperf
 from benchmarks.core.plots import plot_dir
 from benchmarks.core.sections import publish
 from benchmarks.core.stats import Summary
 from benchmarks.policy.enforce_report import BEGIN, END, plot, section
 from benchmarks.policy.kernel import _listener
-from benchmarks.policy.kube import (
-    USER,
-    Kubelet,
-    Pod,
-    create_policy,
-    delete_policy,
-    kube_api,
-    populate,
-)
+from benchmarks.policy.kube import Kubelet, Pod, create_policy, delete_policy, populate
 from testbed.agent import AgentHandle
 from testbed.etcd import EtcdServer
 from testbed.kube import KubeApiServer

@@ -17,46 +17,15 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from benchmarks.core.harness import REPO, Namespaces
+from benchmarks.core.harness import Namespaces
+from benchmarks.core.kwok import NS, POLICIES
 from benchmarks.policy.compiler import cluster
 from testbed.agent import AgentHandle, net_config, run_plugin
-from testbed.etcd import EtcdServer
-from testbed.kube import ENV, KubeApiServer, binary
-
-USER = "vswitch-agent"
-NS = "bench"  # the namespace of the node's pods
-RBAC = REPO / "k8s" / "base" / "rbac.yaml"
-POLICIES = "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies"
-
-
-@contextmanager
-def kube_api() -> Iterator[KubeApiServer]:
-    """An API server on an etcd of its own, the agent's role bound to USER."""
-    path = binary()
-    if path is None:
-        raise RuntimeError(f"{ENV} is unset: name a kube-apiserver binary "
-                           "(e.g. $KUBE_BIN/kube-apiserver)")
-    with EtcdServer(extra=("--experimental-watch-progress-notify-interval=1s",)) as etcd, \
-            KubeApiServer(path, etcd.endpoints, users=(USER,)) as api:
-        docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
-        role = next(d for d in docs if d["kind"] == "ClusterRole")
-        api.must("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-        api.must("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-            "metadata": {"name": f"bench-{USER}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": role["metadata"]["name"]},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                          "name": USER}]})
-        api.must("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
-        yield api
+from testbed.kube import KubeApiServer
 
 
 def populate(api: KubeApiServer, n_pods: int, n_policies: int) -> dict[str, int]:

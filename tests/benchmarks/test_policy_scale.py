@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from benchmarks.core.kwok import node_ip
 from benchmarks.core.sections import publish
-from benchmarks.policy.scale import node_ip
 from benchmarks.policy.scale_report import BEGIN, END, section
 from testbed.tcpproxy import TcpProxy
 
