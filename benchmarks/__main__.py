@@ -49,8 +49,9 @@ def _run_one(bench: Benchmark, quick: bool, out: Path, extra: list[str]) -> int:
         print(f"[benchmarks] {bench.name}: no quick mode, skipped", file=sys.stderr)
         return 0
     args = [*(bench.quick or ()), *extra] if quick else list(extra)
-    if bench.section:
-        args += ["--out", str(out)]
+    if bench.section:  # relative within the checkout: the command the section records
+        where = out.resolve()
+        args += ["--out", str(where.relative_to(REPO) if where.is_relative_to(REPO) else where)]
     command = [sys.executable, "-m", bench.module, *args]
     print(f"[benchmarks] {bench.name}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
     started = time.monotonic()

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         writer()
         return 0
     result = run(args.nodes, args.events)
-    command = shlex.join(["python3", "-m", "benchmarks.scale.mesh",
+    command = shlex.join(["python", "-m", "benchmarks", "run", "mesh-scale",
                           *(sys.argv[1:] if argv is None else argv)])
     text = "\n".join([BEGIN, "## Node mesh at scale (issue #11)", "", render(result), "",
                       f"Command: `{command}`. The synthetic nodes' addresses are in a range "

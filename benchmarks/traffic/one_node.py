@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
     args = parser.parse_args(argv)
     counts = QUICK if args.quick else FULL
-    command = shlex.join(["python3", "-m", "benchmarks.traffic.one_node",
+    command = shlex.join(["python", "-m", "benchmarks", "run", "traffic",
                           *(sys.argv[1:] if argv is None else argv)])
     figs = run(counts, tuple(args.variant or DEFAULT_VARIANTS))
     text = "\n".join([BEGIN, *render(figs, counts),
