@@ -8,7 +8,7 @@ VPP interfaces) is removed at the end, also on failure or Ctrl-C.
             [--api-pods 300] [--api-policies 30] [--dataplanes kernel,vpp,vpp-l2]
             [--probe-gap MS] [--note TEXT] [--json FILE] [--logs DIR] [--out BENCHMARKS.md]
 
-The setup (benchmarks/policy_cluster): a real kube-apiserver holding --api-pods Pods on other
+The setup (benchmarks/policy/kube.py): a real kube-apiserver holding --api-pods Pods on other
 nodes and --api-policies NetworkPolicies (benchmarks.policy.compiler's synthetic cluster), the
 real agent with `KubeConfig` as the shipped role's user, the benchmark as the kubelet of its node:
 Pod objects, the real plugin's ADD, status IPs. The node's pods in namespace `bench`: a client,

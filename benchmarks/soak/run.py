@@ -5,11 +5,11 @@ through the real plugin, every cycle checked, the node's state recorded over tim
                               [--dataplane kernel|vpp|both] [--out BENCHMARKS.md] [--json F]
 
 A real etcd, a real agent process and the real plugin driven through libcni (testbed/,
-benchmarks/harness). One cycle: the oldest pod stops (its servers close), its DEL, its namespace
-removed (as a runtime does); a new pod's namespace, its ADD, its servers; then the new pod
+benchmarks/core/harness.py). One cycle: the oldest pod stops (its servers close), its DEL, its
+namespace removed (as a runtime does); a new pod's namespace, its ADD, its servers; then the new pod
 reaches a random older pod over TCP, the Service stand-in (a DNAT on the node, as kube-proxy
 makes: testbed/service) is pointed at another pod and answers the new one over TCP and UDP.
-Every `--window` cycles a sample (benchmarks/soak_sample): agent RSS, threads, fds, CPU; VPP
+Every `--window` cycles a sample (benchmarks/soak/sample.py): agent RSS, threads, fds, CPU; VPP
 heap, RSS, interfaces, routes, neighbors, FIB entries and a control ping; etcd keys; host links,
 routes, nftables rules, conntrack; the window's ADD and DEL latencies; and the new pod reaches
 every live pod. At the end, with N pods still live, the leak counts (what is left of deleted

@@ -204,10 +204,10 @@ def lacks_vpp(result: SetupResult, config: dict[str, Any]) -> bool:
 @contextmanager
 def setup_cluster(result: SetupResult, config: dict[str, Any], prefix: str
                   ) -> Iterator[tuple[Cluster, VppNodes | None]]:
-    """The cluster of one setup with the agent keys `config` (this benchmark's and
-    benchmarks/vpp_core's): its etcd and fabric, and for `Dataplane: vpp` a VppNodes whose nodes
-    get a real VPP each (instances named after `prefix`). All of it is removed after, the pods
-    deleted and the agents stopped while their VPPs still run. What breaks in the block fails
+    """The cluster of one setup with the agent keys `config` (this benchmark's and vpp_core's):
+    its etcd and fabric, and for `Dataplane: vpp` a VppNodes whose nodes get a real VPP each
+    (instances named after `prefix`). All of it is removed after, the pods deleted and the
+    agents stopped while their VPPs still run. What breaks in the block fails
     the result with its reason instead of raising; the result's time and closing load are set."""
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix=f"traffic-{result.name}-"))
@@ -266,21 +266,22 @@ def main(argv: list[str] | None = None) -> int:
             results.append(run_setup(name, configs[name], counts))
         return results
 
-    return report("benchmarks.traffic.mesh", argv, args, measure_all, render, (BEGIN, END),
+    return report("mesh-traffic", argv, args, measure_all, render, (BEGIN, END),
                   note=args.note)
 
 
-def report(module: str, argv: list[str] | None, args: argparse.Namespace,
+def report(name: str, argv: list[str] | None, args: argparse.Namespace,
            measure_all: Callable[[Counts], list[SetupResult]],
            render_section: Callable[[dict[str, Any], list[SetupResult]], str],
            markers: tuple[str, str], **extra: Any) -> int:
-    """A traffic benchmark's run (this one's and benchmarks/vpp_core's): SIGTERM and SIGHUP
-    unwind through every cleanup, the setups measured with the counts of --quick or not, the
-    section printed, written between `markers` of --out and every value into --json; 1 when a
+    """A traffic benchmark's run (this one's and vpp_core's): SIGTERM and SIGHUP unwind
+    through every cleanup, the setups measured with the counts of --quick or not, the section
+    printed, written between `markers` of --out and every value into --json; 1 when a
     setup or a row failed."""
     interrupt_on_signals()
     counts = QUICK if args.quick else FULL
-    command = f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = f"python -m benchmarks run {name} " + shlex.join(
+        sys.argv[1:] if argv is None else argv)
     header: dict[str, Any] = {
         "command": command.strip(), "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_start": machine.loadavg(), "machine": machine.machine(),

@@ -5,7 +5,7 @@ passes, read before and after one iperf3 UDP run, and what changed, place by pla
                                   [--json FILE] [--affinity C[,S]] [--vpp-cpus LIST]
                                   [--vpp-sched fifo:N|nice:N]
 
-The cluster is benchmarks/mesh_traffic's (two nodes, pods a and b on node-1, c on node-2, one
+The cluster is benchmarks/traffic/mesh.py's (two nodes, pods a and b on node-1, c on node-2, one
 real VPP per node namespace for VPP setups; SETUPS are its setups). Per run and path (a -> b on
 the same node, a -> c across) it prints what iperf3 sent and lost, then every counter that moved,
 in the order a datagram meets them:

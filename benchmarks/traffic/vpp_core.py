@@ -5,7 +5,7 @@ given the same CPU for its pods: the placement VPP's deployments use, measured o
                                   [--out BENCHMARKS.md] [--json FILE]
 
 The one-machine cluster (testbed/cluster.py: node IPs set, so the node mesh is on), pods
-added through the real `vswitch-cni`, and benchmarks/mesh_traffic's rows: on one node, pods a
+added through the real `vswitch-cni`, and benchmarks/traffic/mesh.py's rows: on one node, pods a
 and b: TCP a -> b in IPv4 and IPv6, TCP to a stand-in ClusterIP backed by b (kube-proxy's DNAT
 on the node, testbed/service.py), RTT, UDP loss at 1 Gbit/s offered; on two nodes (the
 `-2-nodes` setups), a on the first and b on the second: the same rows across. Across nodes
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(run_setup(setup, counts, args.pods_cpu, args.vpp_cpu))
         return results
 
-    rc = report("benchmarks.traffic.vpp_core", argv, args, measure_all, render, (BEGIN, END))
+    rc = report("vpp-core", argv, args, measure_all, render, (BEGIN, END))
     if args.out is not None:
         log(f"wrote {plot(results, plots.plot_dir(args.out))}")
     return rc
