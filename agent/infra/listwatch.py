@@ -17,8 +17,11 @@ its items at a revision and a stream of Put/Delete/Bookmark events after a revis
        longer), on `relist_now()` and on stop
 
 The cache is what the rest of the agent reads (`items()`, `get()`): a copy under a lock, never a
-call to the source. Handlers run in the loop's thread, one at a time, after the cache changed. A
-list, watch or handler that raises ends the round; the loop logs it once, backs off and relists,
+call to the source. A reader that follows a big cache asks `changes(token)` instead: the keys
+changed since its token (the cache's journal; the whole cache the first time and after every
+relist, which starts a new epoch), with no copy of what did not change. Handlers run in the
+loop's thread, one at a time, after the cache changed. A list, watch or handler that raises ends
+the round; the loop logs it once, backs off and relists,
 so handlers that must never lose a change reconcile against `Relist.items` (level-triggered),
 as the mesh controller does. `error` is the last round's failure until a list succeeds.
 
@@ -103,6 +106,17 @@ class Handler(Generic[K, V, R]):
         """Every `tick` seconds while the watch is followed (retries, housekeeping)."""
 
 
+@dataclass(frozen=True)
+class Changes(Generic[K, V]):
+    """What `ListWatch.changes` gives: `token` to pass next time; `full`, the whole cache, when
+    the caller's token is None or from before a relist; else `changed`, each key changed since
+    the token with its value now (None: deleted)."""
+
+    token: tuple[int, int]  # (epoch: relists, sequence: changes since)
+    full: Mapping[K, V] | None
+    changed: Mapping[K, V | None]
+
+
 def diff(old: Mapping[K, V], new: Mapping[K, V]) -> list[Change[K, V]]:
     """What turns `old` into `new`: deletes first, then new and changed keys."""
     gone = [Change(k, v, None, synthetic=True) for k, v in old.items() if k not in new]
@@ -138,6 +152,10 @@ class ListWatch(Generic[K, V, R]):
         self._log = log or _log
         self._lock = threading.Lock()  # guards the cache, the revision, the error, the stream
         self._items: dict[K, V] = {}
+        # the journal: per key changed since the last list, the sequence number of its last
+        # change, in that order (a key moves to the end), so `changes` reads only the tail
+        self._epoch, self._seq = 0, 0
+        self._touched: dict[K, int] = {}
         self._revision: R | None = None
         self._error = ""
         self._stream: WatchStream[K, V, R] | None = None
@@ -178,6 +196,19 @@ class ListWatch(Generic[K, V, R]):
         with self._lock:
             return self._items.get(key)
 
+    def changes(self, since: tuple[int, int] | None) -> Changes[K, V]:
+        """The cache's changes after `since` (a token this gave), or all of it (see Changes)."""
+        with self._lock:
+            token = (self._epoch, self._seq)
+            if since is None or since[0] != self._epoch:
+                return Changes(token, dict(self._items), {})
+            changed: dict[K, V | None] = {}
+            for key, seq in reversed(self._touched.items()):
+                if seq <= since[1]:
+                    break
+                changed[key] = self._items.get(key)
+            return Changes(token, None, changed)
+
     @property
     def revision(self) -> R | None:
         with self._lock:
@@ -210,6 +241,7 @@ class ListWatch(Generic[K, V, R]):
         with self._lock:
             old, previous = self._items, self._revision
             self._items, self._revision, self._error = items, listing.revision, ""
+            self._epoch, self._seq, self._touched = self._epoch + 1, 0, {}
         self._must_list = False
         self._listed_at = self._clock()
         self.synced.set()
@@ -288,6 +320,10 @@ class ListWatch(Generic[K, V, R]):
                 old = self._items.pop(event.key, None)
                 if old is not None:  # a key never cached (ignored as invalid) is no change
                     change = Change(event.key, old, None)
+            if change is not None and change.old != change.new:  # an equal value: no news
+                self._seq += 1
+                self._touched.pop(change.key, None)
+                self._touched[change.key] = self._seq
         if change is not None:
             for handler in self.handlers:
                 handler.on_change(change)

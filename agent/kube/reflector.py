@@ -5,6 +5,7 @@ also Services and EndpointSlices), cached on the node.
     state.start()                  # a list+watch per kind, one thread each (+ a reader per watch)
     state.wait_synced(10.0)        # True once every kind was listed once
     state.pods(), .namespaces(), .policies(), .nodes()      copies of the caches
+    state.pod_changes(token)       the pods changed since `token` (all of them the first time)
     state.services(), .endpoint_slices()                    (with services=True)
     state.pod("web", "db")         the cache, else ONE bounded GET (the CNI ADD's pod)
     state.error                    why the last round of some kind failed ("" when none did)
@@ -35,7 +36,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 import policy
 import services as svc
-from agent.infra.listwatch import Change, Handler, ListWatch, Relist
+from agent.infra.listwatch import Change, Changes, Handler, ListWatch, Relist
 from agent.kube.api import KubeApi
 from agent.kube.objects import (
     ENDPOINTSLICES,
@@ -185,6 +186,15 @@ class KubeState:
 
     def pods(self) -> dict[policy.PodKey, policy.Pod]:
         return {policy.PodKey(*k): v for k, v in self._watches[PODS.name].items().items()}
+
+    def pod_changes(self, since: tuple[int, int] | None
+                    ) -> Changes[policy.PodKey, policy.Pod]:
+        """The pods changed since `since` (a token from the last call), with no copy of the
+        others; every pod when `since` is None or the pods were listed again since
+        (agent/infra/listwatch `changes`)."""
+        got = self._watches[PODS.name].changes(since)
+        full = None if got.full is None else {policy.PodKey(*k): v for k, v in got.full.items()}
+        return Changes(got.token, full, {policy.PodKey(*k): v for k, v in got.changed.items()})
 
     def namespaces(self) -> dict[str, policy.Namespace]:
         return {k[1]: v for k, v in self._watches[NAMESPACES.name].items().items()}

@@ -289,9 +289,8 @@ class PolicyController:
             local = {**self._local, **local}
         else:
             self._local = local
-        pods = {**self.source.pods(), **local}
         only = None if wanted is None else {k for k in wanted if k is not None}
-        return self._index.compile(pods, self.source.namespaces(),
+        return self._index.compile(self.source.pod_changes, local, self.source.namespaces(),
                                    self.source.policies().values(), sctp=self.sctp,
                                    node_addresses={self.node: self._node_addresses()},
                                    only=only)

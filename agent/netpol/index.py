@@ -2,23 +2,28 @@
 
 A fresh `policy.Cluster` per compile costs a read of every pod of the cluster (seconds at
 150,000 pods), and the controller compiles after every burst of events and in every ADD. Kept
-here, each compile first hands the index what changed since the last one: the pods whose object
-is not the same (the reflector replaces a pod's object when it changes, so identity tells),
-and those gone; `Cluster.update` then forgets only the memos of their namespaces. A change of
-any Namespace (its labels, one more or less) rebuilds it: rare, and it changes what namespace
-selectors match. The result is what a fresh compile gives (tests/policy's property test of
-`Cluster.update`).
+here, each compile first asks the source for the pods changed since the last one (the
+reflector's journal: `pod_changes(token)`, no copy of the others) and lays this node's own pods
+over them (the records' view: their addresses before the API has them); `Cluster.update` then
+forgets only the memos of the namespaces those pods are in. The whole cache comes back on the
+first compile and after the reflector listed again, and rebuilds the index; so does a change of
+any Namespace (its labels, one more or less): rare, and it changes what namespace selectors
+match. The result is what a fresh compile gives (tests/policy's property test of
+`Cluster.update`, tests/netpol/test_index.py against a fresh compile).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
+from agent.infra.listwatch import Changes
 from policy import Compiled, Namespace, NetworkPolicy, Pod, PodKey
 from policy.cluster import Cluster
 from policy.compiler import compile_cluster
 from policy.model import IPAddress
+
+PodChanges = Callable[[tuple[int, int] | None], Changes[PodKey, Pod]]
 
 
 class KeptIndex:
@@ -27,37 +32,59 @@ class KeptIndex:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cluster: Cluster | None = None
-        self._pods: dict[PodKey, Pod] = {}
+        self._token: tuple[int, int] | None = None  # the source's, as of the last compile
+        self._cache: dict[PodKey, Pod] = {}  # the source's pods as of that token
+        self._local: dict[PodKey, Pod] = {}  # this node's pods laid over them last time
+        self._pods: dict[PodKey, Pod] = {}  # what the index holds: the cache under the local
         self._namespaces: dict[str, Namespace] = {}
-        self.rebuilds = 0  # fresh indexes made (the first, and one per Namespace change)
+        self.rebuilds = 0  # fresh indexes made (the first, relists, Namespace changes)
         self.updates = 0  # compiles that updated the index with changed pods
 
-    def compile(self, pods: Mapping[PodKey, Pod], namespaces: Mapping[str, Namespace],
-                policies: Iterable[NetworkPolicy], *, sctp: bool,
-                node_addresses: Mapping[str, Iterable[IPAddress]],
+    def compile(self, changes: PodChanges, local: Mapping[PodKey, Pod],
+                namespaces: Mapping[str, Namespace], policies: Iterable[NetworkPolicy], *,
+                sctp: bool, node_addresses: Mapping[str, Iterable[IPAddress]],
                 only: Collection[PodKey] | None) -> Compiled:
-        """`policy.compile_policies(pods.values(), namespaces.values(), policies, ...)`."""
+        """`policy.compile_policies` over the source's pods with `local` laid over them."""
         with self._lock:
             try:
-                cluster = self._synced(pods, namespaces)
+                cluster = self._synced(changes(self._token), local, namespaces)
                 return compile_cluster(cluster, policies, sctp=sctp,
                                        node_addresses=node_addresses, only=only)
             except Exception:
-                self._cluster = None  # half updated, perhaps: the next compile starts anew
+                self._cluster, self._token = None, None  # half updated: the next one anew
                 raise
 
-    def _synced(self, pods: Mapping[PodKey, Pod], namespaces: Mapping[str, Namespace]
-                ) -> Cluster:
+    def _synced(self, got: Changes[PodKey, Pod], local: Mapping[PodKey, Pod],
+                namespaces: Mapping[str, Namespace]) -> Cluster:
+        touched: Iterable[PodKey] = got.changed
+        if got.full is not None:
+            self._cache = dict(got.full)
+        else:
+            for key, pod in got.changed.items():
+                if pod is None:
+                    self._cache.pop(key, None)
+                else:
+                    self._cache[key] = pod
+        self._token = got.token
         cluster = self._cluster
-        if cluster is None or namespaces != self._namespaces:  # equal: same names, labels
-            cluster = self._cluster = Cluster(pods.values(), namespaces.values())
+        if cluster is None or got.full is not None or namespaces != self._namespaces:
+            self._pods = {**self._cache, **local}
+            cluster = self._cluster = Cluster(self._pods.values(), namespaces.values())
             self.rebuilds += 1
         else:
-            old = self._pods
-            changed = [pod for key, pod in pods.items() if old.get(key) is not pod]
-            removed = [key for key in old if key not in pods]
+            changed, removed = [], []
+            for key in {*touched, *local, *self._local}:
+                pod = local.get(key) or self._cache.get(key)
+                old = self._pods.get(key)
+                if pod is None:
+                    if old is not None:
+                        removed.append(key)
+                        del self._pods[key]
+                elif pod is not old:  # the reflector replaces an object that changed
+                    changed.append(pod)
+                    self._pods[key] = pod
             if changed or removed:
                 cluster.update(changed, removed)
                 self.updates += 1
-        self._pods, self._namespaces = dict(pods), dict(namespaces)
+        self._local, self._namespaces = dict(local), dict(namespaces)
         return cluster

@@ -13,7 +13,9 @@ meanwhile (deletes first); a compaction (live, or under a resuming watch) relist
 racing the list comes once, from the watch; a routine end resumes without a list; bookmarks
 move the revision only; the resync timer relists with no news; ticks come on time; a handler
 error ends the round and the next relists with everything; relist_now relists; stop ends a
-blocked watch at once.
+blocked watch at once; the journal (`changes`) gives everything to a reader without a token or
+with one from before a relist, else exactly the keys changed since its token, once each, with
+their values now (None: deleted), and nothing when nothing changed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.infra.listwatch import Change, Handler, ListWatch, Relist
+from agent.infra.listwatch import Change, Changes, Handler, ListWatch, Relist
 from agent.infra.watchstream import (
     Bookmark,
     CallbackStream,
@@ -335,3 +337,26 @@ def test_stop_ends_a_blocked_watch_at_once() -> None:
         lw.stop()
     assert time.monotonic() - started < 5
     assert source.cancelled.is_set() and not lw.loop.running
+
+
+def test_the_journal_gives_what_changed_since_a_token_and_everything_after_a_relist() -> None:
+    source, _, lw = setup(a=1, b=2)
+    assert lw.changes(None).full == {}  # nothing listed yet
+    seen: list[Changes[str, int]] = []
+
+    def take() -> None:
+        seen.append(lw.changes(seen[-1].token if seen else None))
+
+    source.script += [take, lambda: source.put("c", 3), lambda: source.put("a", 10),
+                      lambda: source.put("a", 11), lambda: source.delete("b"), take, take,
+                      lambda: source.put("b", 4), take,
+                      lambda: source.end_watches(ConnectionResetError("reset"))]
+    lw.run_once()
+    assert seen[0].full == {"a": 1, "b": 2} and seen[0].changed == {}
+    assert seen[1].full is None and seen[1].changed == {"c": 3, "a": 11, "b": None}
+    assert seen[2].full is None and seen[2].changed == {}  # nothing since
+    assert seen[3].changed == {"b": 4}
+    lw.run_once()  # the broken watch relists: a new epoch, every reader starts over
+    again = lw.changes(seen[-1].token)
+    assert again.full == {"a": 11, "b": 4, "c": 3} and again.changed == {}
+    assert lw.changes(again.token).changed == {}

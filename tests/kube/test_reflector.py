@@ -17,6 +17,8 @@ Test plan:
 - a refused NetworkPolicy (the API accepts it, the parser does not) and a refused Node are logged
   once, counted, left out, and taken in once corrected;
 - stop() is quick with four watches open, and leaves no thread of the reflector;
+- pod_changes: every pod first, then only the pods changed since the token (a relabelled pod,
+  a deleted one; not one whose annotation changed), and nothing more once read;
 - (tests/kube/test_expiry: 410 Gone; tests/kube/test_rbac: the role suffices and no more.)
 """
 
@@ -264,3 +266,29 @@ def test_stop_is_quick_and_leaves_no_thread(apiserver: KubeApiServer,
     run.state.stop()
     assert time.monotonic() - started < 1.0
     assert [t.name for t in threading.enumerate() if t.name.startswith("kube-")] == []
+
+
+def test_pod_changes_gives_every_pod_then_only_the_changed_ones(
+        apiserver: KubeApiServer, make_state: RunFactory) -> None:
+    api = apiserver
+    ns = make_ns(api)
+    for name in ("a", "b", "c"):
+        api.must("POST", f"/api/v1/namespaces/{ns}/pods", pod_body(name, {"app": "db"}))
+    state = make_state().state
+    assert state.wait_synced(20), state.error
+    first = state.pod_changes(None)
+    assert first.full is not None and {PodKey(ns, n) for n in "abc"} <= set(first.full)
+    merge = {"content_type": "application/merge-patch+json"}
+    api.must("PATCH", f"/api/v1/namespaces/{ns}/pods/a", {"metadata": {"labels": {"app": "web"}}},
+             **merge)
+    api.must("PATCH", f"/api/v1/namespaces/{ns}/pods/b", {"metadata": {"annotations": {"n": "1"}}},
+             **merge)
+    api.must("DELETE", f"/api/v1/namespaces/{ns}/pods/c?gracePeriodSeconds=0")
+    eventually(lambda: PodKey(ns, "c") not in state.pods(), what="the delete")
+    got = state.pod_changes(first.token)
+    mine = {k: v for k, v in got.changed.items() if k.namespace == ns}
+    assert got.full is None and set(mine) == {PodKey(ns, "a"), PodKey(ns, "c")}, mine
+    relabelled = mine[PodKey(ns, "a")]
+    assert relabelled is not None and relabelled.labels == {"app": "web"}
+    assert mine[PodKey(ns, "c")] is None
+    assert state.pod_changes(got.token).changed == {}

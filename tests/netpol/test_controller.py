@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from agent.infra.listwatch import Changes
 from agent.model.errors import TryAgainLater
 from agent.model.pod import PodKey, PodRecord
 from agent.netpol.controller import PolicyController
@@ -49,12 +50,28 @@ class Cache:
         self.policy_list: list[NetworkPolicy] = []
         self.gets: list[tuple[str, str]] = []
         self.api: dict[tuple[str, str], Pod] = {}  # what a GET finds beyond the cache
+        self.epoch = 0  # a relist starts another
+        self.snapshots: list[dict[K8sPod, Pod]] = []
 
     def wait_synced(self, timeout: float) -> bool:
         return self.synced
 
     def pods(self) -> dict[K8sPod, Pod]:
         return {p.key: p for p in self.pod_list}
+
+    def pod_changes(self, since: tuple[int, int] | None) -> Changes[K8sPod, Pod]:
+        """A journal as the reflector's: the pods whose object is not the one the snapshot
+        `since` names held (the reflector replaces an object that changed); all of them when
+        `since` is None or from an earlier epoch (a relist)."""
+        now = self.pods()
+        self.snapshots.append(now)
+        token = (self.epoch, len(self.snapshots) - 1)
+        if since is None or since[0] != self.epoch:
+            return Changes(token, now, {})
+        old = self.snapshots[since[1]]
+        changed: dict[K8sPod, Pod | None] = {k: v for k, v in now.items() if old.get(k) is not v}
+        changed |= {k: None for k in old if k not in now}
+        return Changes(token, None, changed)
 
     def namespaces(self) -> dict[str, Namespace]:
         return {"a": Namespace("a", {"kubernetes.io/metadata.name": "a"})}
