@@ -116,7 +116,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("needs root: the benchmarks create network namespaces and links")
         return _run(args, extra, parser)
     parser.error(f"unknown command {args.command}")
-    return 2
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from benchmarks.core.harness import join_or_kill
+
 CLIENT_PROCESSES = 4
 SLOW_PROCESSES = 2
 REOPEN_PER_SECOND = 1000  # the slowloris processes' budget of reconnects (all together)
@@ -161,8 +163,4 @@ def load(kind: str, address: tuple[str, int], size: int) -> Iterator[Any]:
         yield counts
     finally:
         stop.set()
-        for proc in procs:
-            proc.join(timeout=60)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        join_or_kill(procs)

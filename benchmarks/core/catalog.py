@@ -114,9 +114,10 @@ CATALOG: tuple[Benchmark, ...] = (
 )
 
 
+BY_NAME = {bench.name: bench for bench in CATALOG}
+
+
 def find(name: str) -> Benchmark:
-    for bench in CATALOG:
-        if bench.name == name:
-            return bench
-    known = ", ".join(b.name for b in CATALOG)
-    raise KeyError(f"no benchmark {name!r}; known: {known}")
+    if name not in BY_NAME:
+        raise KeyError(f"no benchmark {name!r}; known: {', '.join(BY_NAME)}")
+    return BY_NAME[name]

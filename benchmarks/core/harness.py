@@ -26,9 +26,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -257,6 +258,16 @@ class PodSubnets:
         octet = self.SECOND_OCTETS[self._next % len(self.SECOND_OCTETS)]
         self._next += 1
         return f"10.{octet}.0.0/16"
+
+
+def join_or_kill(procs: Iterable[BaseProcess], timeout: float = 60.0) -> None:
+    """Waits for each of a benchmark's worker processes (told to stop) up to `timeout`, and
+    kills one that is still there."""
+    for proc in procs:
+        proc.join(timeout=timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def interrupter(main_pid: int) -> Callable[[int, FrameType | None], None]:

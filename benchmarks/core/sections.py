@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.core.catalog import CATALOG
+from benchmarks.core.catalog import BY_NAME
 from benchmarks.core.harness import REPO
 
 MARKED = re.compile(r"<!-- ([a-z0-9-]+): begin .*?-->.*?<!-- \1: end -->", re.DOTALL)
@@ -71,7 +71,8 @@ def digest(subjects: Iterable[str], commit: str | None = None) -> str:
 
 
 def subjects_of(name: str) -> tuple[str, ...]:
-    return next((b.subjects for b in CATALOG if b.name == name), ())
+    bench = BY_NAME.get(name)
+    return bench.subjects if bench else ()
 
 
 def stamp_now(name: str) -> Stamp:

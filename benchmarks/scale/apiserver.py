@@ -33,7 +33,7 @@ from typing import Any
 
 from agent.kube.reflector import KubeState
 from benchmarks.core import machine
-from benchmarks.core.harness import REPO, interrupt_on_signals
+from benchmarks.core.harness import REPO, interrupt_on_signals, join_or_kill
 from benchmarks.core.kwok import USER, Client, Size, churn, cpu_seconds, kube_api, populate, rss_mib
 from benchmarks.core.plots import Lines, embed, lines, plot_dir
 from benchmarks.core.sections import markers, publish
@@ -89,11 +89,7 @@ def measure(api: Any, client: Client, pods: Sequence[Any], agents: int,
             cpu3, sent3 = cpu_seconds(api_pid), proxy.down
         finally:
             stop.set()
-            for worker in workers:
-                worker.join(timeout=60)
-                if worker.is_alive():
-                    worker.kill()
-                    worker.join()
+            join_or_kill(workers)
     return {"agents": agents, "sync_s": sync_s, "sync_api_cpu_s": cpu1 - cpu0,
             "sync_sent_mib": (sent1 - sent0) / 2**20, "events": events,
             "events_per_s": events / wall, "churn_api_cpu_share": (cpu3 - cpu2) / (wall + 1.0),
