@@ -3,7 +3,7 @@
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-pip iproute2 \
-    containernetworking-plugins libnftables1 \
+    containernetworking-plugins libnftables1 wireguard-tools wireguard-go \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/vswitch-cni
 COPY pyproject.toml README.md ./

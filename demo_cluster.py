@@ -22,7 +22,8 @@ import threading
 from pathlib import Path
 
 from testbed import tools
-from testbed.cluster import Cluster, Node, Pod, converged, ping, sh, wait_for
+from testbed.cluster import Cluster, Node, Pod, converged, sh, wait_for
+from testbed.podcheck import ping
 
 NODES = 3
 PODS_PER_NODE = 2

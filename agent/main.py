@@ -13,9 +13,11 @@ from types import FrameType
 
 from agent import __version__
 from agent.app.agent import WORKER_PREFIX, Agent, StartupError
-from agent.app.config import AgentConfig, ConfigError, check_etcd_tls, load, preflight
+from agent.app.config import AgentConfig, ConfigError, check_etcd_tls, load
 from agent.app.node_commands import node_command
+from agent.app.preflight import preflight
 from agent.app.teardown import teardown
+from agent.app.wireguard_commands import wireguard_command
 from agent.infra import logs
 from agent.model.errors import CniError
 
@@ -33,18 +35,21 @@ def main(argv: list[str] | None = None) -> int:
                              "routes) and exit; refused while an agent runs")
     parser.add_argument("--version", action="version", version=f"vswitch-agent {__version__}")
     parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="operator command: node remove NAME [--force] | node list")
+                        help="operator command: node remove NAME [--force] | node list | "
+                             "wireguard rotate | wireguard show")
     args = parser.parse_args(argv)
     logs.setup(args.log_level, args.log_format)
     if args.command:  # an operator command: the config names etcd, nothing starts
-        if args.command[0] != "node":
-            parser.error(f"unknown command {args.command[0]!r} (commands: node)")
+        if args.command[0] not in ("node", "wireguard"):
+            parser.error(f"unknown command {args.command[0]!r} (commands: node, wireguard)")
         try:
             config = load(args.config)
             check_etcd_tls(config)
         except ConfigError as exc:
             log.error("bad config: %s", exc)
             return 2
+        if args.command[0] == "wireguard":
+            return wireguard_command(config, args.command[1:])
         return node_command(config, args.command[1:])
     try:
         config = load(args.config)

@@ -7,6 +7,8 @@
       policy NAMESPACE/NAME          the NetworkPolicy rules in force for a pod, and the
                                      policies each came from (from its node's agent)
       ipam [--node N]                pools per node, use, and leak candidates
+      wireguard                      with Encryption: wireguard, each node's key fingerprint
+                                     and, per peer, the last handshake and the bytes
       node remove NAME [--force]     remove a node (the agent's own removal transaction)
 
 The options --config, --etcd, --prefix, --agent and -o/--output go before or after the command
@@ -75,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
     pol.add_argument("which", help="NAMESPACE/NAME")
     ipam = sub.add_parser("ipam", help="pools, use and leak candidates", parents=common)
     ipam.add_argument("--node", help="only this node")
+    sub.add_parser("wireguard", help="keys, handshakes and bytes per WireGuard peer",
+                   parents=common)
     node = sub.add_parser("node", help="node operations", parents=common)
     node_sub = node.add_subparsers(dest="action", required=True)
     rm = node_sub.add_parser("remove", help="remove a node from the cluster", parents=common)
@@ -127,6 +131,8 @@ def run(args: argparse.Namespace, ctx: views.Context) -> int:
         view = views.pod(ctx, args.which)
     elif args.command == "policy":
         view = policy_view.policy(ctx, args.which)
+    elif args.command == "wireguard":
+        view = views.wireguard(ctx)
     else:
         view = views.ipam(ctx, args.node)
     sys.stdout.write(render(view, args.output))

@@ -5,10 +5,12 @@ then exits 4).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.model.node import fingerprint
 from agent.model.pod import PodRecord, pod_label
 from vswitchctl.sources import Agent, AgentDown, Cluster, Node, NotFound, agent_url
 
@@ -102,6 +104,33 @@ def nodes(ctx: Context) -> View:
             ("live" if node.alive else "down") + ("" if snapshot is not None else ", no answer"),
             mesh,
         ])
+    return view
+
+
+def wireguard(ctx: Context) -> View:
+    """One row per node and peer: the node's key fingerprint (from the registry), the peer's,
+    its last handshake and bytes (from the node's agent, which reads its device every 2 s)."""
+    view = View([], ["NODE", "KEY", "PEER", "PEER-KEY", "ENDPOINT", "HANDSHAKE", "RX", "TX"])
+    now = time.time()
+    for node in ctx.cluster.nodes():
+        key = node.info.wg_public_key if node.info else ""
+        snapshot = _ask(ctx, node, view.agent_errors, lambda a: a.get("/v1/nodes"))
+        device = (snapshot or {}).get("wireguard")
+        view.document.append({"name": node.name, "publicKey": key,
+                              "fingerprint": fingerprint(key), "device": device})
+        if not device:
+            state = "off" if snapshot is not None else "no answer"
+            view.rows.append([node.name, fingerprint(key) or "-", f"({state})", "", "", "", "",
+                              ""])
+            continue
+        for peer in device["peers"] or [{}]:
+            seen = peer.get("latestHandshake", 0)
+            view.rows.append([
+                node.name, fingerprint(key) or "-", peer.get("node") or "?",
+                peer.get("fingerprint", ""), peer.get("endpoint", ""),
+                f"{now - seen:.0f}s ago" if seen else "never",
+                str(peer.get("rxBytes", "")), str(peer.get("txBytes", "")),
+            ])
     return view
 
 

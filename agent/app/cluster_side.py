@@ -11,11 +11,14 @@ import ipaddress
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.app.config import AgentConfig, unusable_node_ip
 from agent.cluster.controller import MeshController
 from agent.dataplane.kernel_mesh import KernelMesh
+from agent.dataplane.wireguard_mesh import PermissiveMesh, WireGuardMesh
+from agent.linux.wireguard import Device, KeyFile
 from agent.model.errors import InvalidConfig
 from agent.model.node import NodeInfo, NodeInfoError, NoNodeIP, choose_node_ip, local_node
 from agent.state.registry import Liveness, Registry
@@ -60,7 +63,9 @@ class ClusterSide:
         mesh = _mesh(cfg, networks, dataplane)
         probe = local_node(cfg.node_name, node_ip, networks)
         mesh.check_mtu(probe)
-        uplink = (mesh if isinstance(mesh, KernelMesh) else mesh.linux).uplink(probe)
+        linux = (mesh if isinstance(mesh, KernelMesh | WireGuardMesh | PermissiveMesh)
+                 else mesh.linux)
+        uplink = linux.uplink(probe)
         if uplink is None and source:
             # Published, it would have every other node tunnel to an address nobody holds (a
             # typo, or one NodeIP in a config map all nodes share): refused, not warned about.
@@ -79,12 +84,22 @@ class ClusterSide:
         # every address); the default loopback bind is this node's own, so 0 (not published).
         ip = node_ip.split("/")[0]
         reachable = any(host in ("0.0.0.0", "::", ip) for host, _ in cfg.rest_binds)
+        wg_key = ""
+        if isinstance(mesh, WireGuardMesh | PermissiveMesh):
+            # The key (made on first start) and the device, here: a node that cannot encrypt
+            # refuses to start, naming why (no wireguard-go, no wg), before it joins the mesh.
+            wg_key = mesh.device.key.ensure()
+            if uplink is not None:
+                mesh.prepare(probe)
         local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
-                           rest_port=cfg.http_host_port[1] if reachable else 0)
+                           rest_port=cfg.http_host_port[1] if reachable else 0,
+                           wg_public_key=wg_key, wg_port=cfg.wireguard_port)
         # a store of its own: its own etcd connection (agent/state/registry)
         registry = Registry(Store(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout,
                                   cfg.etcd_tls))
-        return cls(registry, local, MeshController(registry, local, mesh))
+        refresh = (mesh.refresh_local if isinstance(mesh, WireGuardMesh | PermissiveMesh)
+                   else None)
+        return cls(registry, local, MeshController(registry, local, mesh, refresh_local=refresh))
 
     def start(self) -> None:
         self.liveness.start()
@@ -96,20 +111,44 @@ class ClusterSide:
         self.registry.close()
 
     def snapshot(self) -> dict[str, Any]:
-        return self.controller.snapshot()
+        snap = self.controller.snapshot()
+        mesh = self.controller.dataplane
+        if isinstance(mesh, WireGuardMesh | PermissiveMesh):
+            seen = self.controller.nodes.items().values()
+            snap["wireguard"] = mesh.view(self.controller.local, seen)
+        return snap
 
     def removed(self) -> bool:
         """True once an operator removed this node from the cluster while its agent ran."""
         return self.controller.removed.is_set()
 
 
-def _mesh(cfg: AgentConfig, networks: NodeNetworks, dataplane: Any) -> KernelMesh | VppNodeMesh:
+def _mesh(
+    cfg: AgentConfig, networks: NodeNetworks, dataplane: Any
+) -> KernelMesh | WireGuardMesh | PermissiveMesh | VppNodeMesh:
     """The mesh of the configured dataplane: Linux's (VXLAN device, or routes alone with
     UseL2Interconnect) for both dataplanes; with `VXLANOwner: vpp`, VPP's own VXLAN tunnels
-    riding on Linux routes to the remote VPP-host subnets."""
+    riding on Linux routes to the remote VPP-host subnets; with `Encryption: wireguard`
+    (kernel dataplane), WireGuard peers instead of VXLAN; with `wireguard-permissive`, both:
+    WireGuard to the nodes that publish a key, VXLAN to the others."""
+    if cfg.dataplane == "kernel" and cfg.encryption != "off":
+        if cfg.use_l2_interconnect:
+            log.warning("UseL2Interconnect is moot with Encryption: wireguard: pod traffic "
+                        "between nodes goes through WireGuard")
+        key = KeyFile(Path(cfg.state_dir) / "wireguard.key")
+        device = Device(cfg.wireguard_interface, cfg.wireguard_port, key,
+                        cfg.wireguard_implementation)
+        plan = cfg.ipam
+        catch_all = [str(c) for c in (plan.pod_subnet_cidr, plan.pod_subnet_v6_cidr,
+                                      plan.vxlan_cidr) if c is not None]
+        if cfg.encryption == "wireguard-permissive":
+            return PermissiveMesh(WireGuardMesh(cfg.mtu, device, catch_all),
+                                  KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni))
+        return WireGuardMesh(cfg.mtu, device, catch_all, stale_links=(cfg.vxlan_interface,))
     if cfg.dataplane == "kernel":
         return KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
-                          l2_interconnect=cfg.use_l2_interconnect)
+                          l2_interconnect=cfg.use_l2_interconnect,
+                          stale_links=(cfg.wireguard_interface,))
     # Imported here: a kernel-dataplane agent never loads vpp-papi.
     from agent.dataplane.vpp.driver import VppDataplane
     from agent.dataplane.vpp.mesh import VppMesh

@@ -86,6 +86,11 @@ class AgentConfig:
     # who translates pods' ClusterIP traffic: kube-proxy on the node, or VPP's cnat plugin
     service_translation: str = "kube-proxy"
     node_removal_grace: int = 300  # seconds a node may lack its Node before it is freed
+    # pod traffic between nodes: in clear (VXLAN) or WireGuard (docs/encryption.md)
+    encryption: str = "off"
+    wireguard_interface: str = "vswitch-wg"
+    wireguard_port: int = 51820
+    wireguard_implementation: str = "auto"
     # Contiv's.
     nat_external_traffic: bool = True
     use_tap_interfaces: bool = True
@@ -220,6 +225,11 @@ _KEYS: dict[str, tuple[str, str, Callable[[str, object], Any]]] = {
         ("KubeConfig", "kube_config", parsers.abs_path),
         ("ServiceTranslation", "service_translation", parsers.service_translation),
         ("NodeRemovalGrace", "node_removal_grace", parsers.int_range(0, 7 * 24 * 3600)),
+        ("Encryption", "encryption", parsers.encryption),
+        ("WireGuardInterface", "wireguard_interface", parsers.ifname),
+        ("WireGuardPort", "wireguard_port", parsers.int_range(1, 65535)),
+        ("WireGuardImplementation", "wireguard_implementation",
+         parsers.wireguard_implementation),
     ]
 }
 
@@ -345,6 +355,7 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
     warnings.extend(ipam_warnings)
     _check_etcd_tls(values)
     parsers.check_service_translation(values)
+    parsers.check_encryption(values)
     binds, http_warnings = parsers.http_binds(values.get("http_address", AgentConfig.http_address),
                                        values.get("node_ip", ""), env)
     values["http_binds"] = binds
@@ -353,43 +364,3 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
         # Kubernetes passes the node name through the downward API; fall back to the hostname.
         values["node_name"] = env.get("NODE_NAME") or socket.gethostname()
     return AgentConfig(ipam=ipam_cfg, warnings=tuple(warnings), **values)
-
-
-def preflight(cfg: AgentConfig) -> None:
-    """Checks the config against the machine before the agent touches anything (etcd, links,
-    files), so that a value that cannot work is refused at once, by key, like a malformed one:
-    HTTPAddress must resolve, StateDir and the CNISocket's directory must be (or be creatable
-    as) writable directories, the etcd TLS files must be usable, KubeConfig must be a
-    kubeconfig the agent can use."""
-    for host, port in cfg.rest_binds:
-        try:
-            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        except (OSError, UnicodeError) as exc:
-            raise ConfigError("HTTPAddress", cfg.http_address,
-                              f"cannot be resolved: {exc}") from None
-    _writable_dir("StateDir", cfg.state_dir, cfg.state_dir)
-    _writable_dir("CNISocket", cfg.cni_socket, os.path.dirname(cfg.cni_socket))
-    check_etcd_tls(cfg)
-    if cfg.kube_config:
-        # here, not at the top: vswitchctl and the node tools read this module's config and
-        # need no Kubernetes client
-        from agent.kube.api import load_config
-        from agent.kube.objects import KubeError
-
-        try:
-            load_config(cfg.kube_config)
-        except KubeError as exc:
-            raise ConfigError("KubeConfig", cfg.kube_config,
-                              f"not a usable kubeconfig ({exc}); remove the key to run without "
-                              "NetworkPolicy") from None
-
-
-def _writable_dir(key: str, value: str, directory: str) -> None:
-    """`directory`, or its nearest existing ancestor, is a directory this process may write."""
-    path = Path(directory)
-    while not path.exists() and not path.is_symlink() and path != path.parent:
-        path = path.parent
-    if not path.is_dir():
-        raise ConfigError(key, value, f"{path} is not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(key, value, f"{path} is not writable (read-only or not ours)")

@@ -48,6 +48,26 @@ def register_gauges(agent: RunningAgent, pools: NodeAllocator, journal: DeleteJo
                                          float(agent.dataplane_up()[0]))])
     m.labelled("vswitch_cni_mesh_nodes", "Remote nodes by mesh state.", ("state",),
                lambda: mesh_counts(agent))
+    if agent.config.encryption != "off":
+        for field, name, text in (
+            ("rxBytes", "rx_bytes", "Bytes received from each peer node (WireGuard)"),
+            ("txBytes", "tx_bytes", "Bytes sent to each peer node (WireGuard)"),
+            ("latestHandshake", "latest_handshake_seconds",
+             "Unix time of the last handshake with each peer node (0: none yet)"),
+        ):
+            m.labelled(f"vswitch_cni_wireguard_peer_{name}", f"{text}; read every 2 s.",
+                       ("node",), _peer_reader(agent, field))
+
+
+def _peer_reader(agent: RunningAgent, field: str) -> Callable[[], list[tuple[tuple[str], float]]]:
+    def read() -> list[tuple[tuple[str], float]]:
+        if agent.cluster is None:
+            return []
+        view = agent.cluster.snapshot().get("wireguard", {})
+        return [((p["node"] or p["fingerprint"],), float(p[field]))
+                for p in view.get("peers", [])]
+
+    return read
 
 
 def mesh_counts(agent: RunningAgent) -> list[tuple[tuple[str], float]]:

@@ -1,16 +1,18 @@
 """`vswitch-agent --config FILE --teardown`: removes what the agent left on the node's network.
 
-For a node that leaves the cluster or an uninstall: the agent keeps its host state across stops
-on purpose (pods stay reachable while it restarts), so something must remove it once for good.
+For a node that leaves the cluster or an uninstall: the agent keeps its host state across stops on
+purpose (pods stay reachable while it restarts), so something must remove it once for good.
 Removed, in the node's network namespace: the pods' host links the agent tagged (name with
 HostInterfacePrefix, alias `vswitch-cni:...`; their host routes go with them), the kernel
 dataplane's gateway interface (its pod-subnet route goes with it), the Linux end of the VPP
-interconnect (with its routes to the pod subnets), the agent's NAT table (`NatTable`), a stale
-CNI socket, and with `Dataplane: vpp` the pods' interfaces and the driver's base configuration in
-a VPP that still runs (interconnect, gateway loopback, routes; see agent/dataplane/vpp/teardown.py),
-VPP's side of each link before the link. Refused while an agent serves the socket. Not touched:
-etcd (the node's ID and records; `python -m agent.state.node_ids release` frees the ID), the CNI
-files on the node (`python3 -m agent.install_cni --uninstall`), the StateDir.
+interconnect (with its routes to the pod subnets), the node mesh's VXLAN or WireGuard device (with
+its routes to the other nodes; wireguard-go exits with its device), the agent's NAT table
+(`NatTable`), a stale CNI socket, and with `Dataplane: vpp` the pods' interfaces and the driver's
+base configuration in a VPP that still runs (interconnect, gateway loopback, routes; see
+agent/dataplane/vpp/teardown.py), VPP's side of each link before the link. Refused while an agent
+serves the socket. Not touched: etcd (the node's ID and records; `python -m agent.state.node_ids
+release` frees the ID), the CNI files on the node (`python3 -m agent.install_cni --uninstall`), the
+StateDir (with the node's WireGuard key).
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ def teardown(cfg: AgentConfig) -> list[str]:
         if name.startswith(cfg.host_interface_prefix) and netlink.delete_link(name):
             removed.append(f"pod link {name} ({pod_links[name]})")
     for what, name in (("gateway interface", cfg.gateway_interface),
-                       ("VPP interconnect", cfg.vpp_host_interface)):
+                       ("VPP interconnect", cfg.vpp_host_interface),
+                       ("VXLAN device", cfg.vxlan_interface),
+                       ("WireGuard device", cfg.wireguard_interface)):
         if netlink.delete_link(name):
             removed.append(f"{what} {name}")
     if hostnat.remove(cfg.nat_table):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,8 +87,13 @@ class MeshController(Handler[int, NodeInfo, int]):
         dataplane: MeshDataplane,
         resync: float = 30.0,
         retry: float = 2.0,
+        refresh_local: Callable[[NodeInfo], NodeInfo | None] | None = None,
     ) -> None:
         self.registry = registry
+        # asked at every tick whether this node's own entry changed (a rotated WireGuard key):
+        # the new entry is published at once
+        self.refresh_local = refresh_local
+        self._republish = False
         self.local = local
         self.dataplane = dataplane
         self._lock = threading.Lock()  # guards _remotes against snapshot()
@@ -159,7 +165,23 @@ class MeshController(Handler[int, NodeInfo, int]):
             self._program(change.new, old.info if old else None)
 
     def on_tick(self) -> None:
+        self._refresh_local()
         self._retry_failed()
+
+    def _refresh_local(self) -> None:
+        """Publishes this node's entry again when it changed here (until etcd took it)."""
+        if self.refresh_local is None or not self._published:
+            return
+        try:
+            fresh = self.refresh_local(self.local)
+            if fresh is not None:
+                self.local, self._republish = fresh, True
+            if self._republish:
+                self.registry.publish(self.local)
+                self._republish = False
+                log.info("this node's registry entry published again (its key changed)")
+        except Exception as exc:  # the next tick tries again
+            log.warning("this node's changed entry is not published yet: %s", exc)
 
     def _own_entry_gone(self) -> None:
         """This node's entry is gone: an operator's `node remove` (its removal mark is there),

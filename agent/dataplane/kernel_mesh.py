@@ -71,8 +71,10 @@ class KernelMesh:
         port: int = 4789,
         l2_interconnect: bool = False,
         route_vpp_host: bool = False,
+        stale_links: tuple[str, ...] = (),
     ) -> None:
         self.pod_mtu = pod_mtu
+        self.stale_links = stale_links  # devices of another mesh (WireGuard's), removed by prune
         self.route_vpp_host = route_vpp_host and l2_interconnect
         self.ifname = ifname
         self.vni = vni
@@ -84,30 +86,15 @@ class KernelMesh:
     # ---- node-wide --------------------------------------------------------------------------
 
     def uplink(self, local: NodeInfo) -> Uplink | None:
-        """The interface holding the node IP, or None when no interface holds it."""
-        with netlink.host_session() as links, netlink.translated("finding the uplink"):
-            index = links.index_with_address(local.node_ip)
-            if index is None:
-                return None
-            link = links.link(index)
-            return Uplink(index, link.name, link.mtu, link.mac)
+        return find_uplink(local)
 
     def overhead(self, local: NodeInfo) -> int:
         return 0 if self.l2 else VXLAN_OVERHEAD[ipaddress.ip_address(local.node_ip).version]
 
     def check_mtu(self, local: NodeInfo) -> None:
         """Raises InvalidConfig when pods' full-size packets would not fit the uplink."""
-        up = self.uplink(local)
-        if up is None:
-            return
-        room = up.mtu - self.overhead(local)
-        if self.pod_mtu > room:
-            how = "the L2 interconnect" if self.l2 else f"VXLAN ({self.overhead(local)} bytes)"
-            raise InvalidConfig(
-                f"MTUSize {self.pod_mtu} does not fit the uplink {up.name} (MTU {up.mtu}) "
-                f"over {how}",
-                f"set MTUSize to at most {room}, or raise the uplink's MTU",
-            )
+        how = "the L2 interconnect" if self.l2 else f"VXLAN ({self.overhead(local)} bytes)"
+        check_fits(self.pod_mtu, local, self.overhead(local), how)
 
     def _device(self, links: Session, local: NodeInfo, up: Uplink) -> int:
         """The VXLAN device's index, created (or re-created when its settings differ)."""
@@ -146,7 +133,7 @@ class KernelMesh:
             links.replace_neighbor(index, link_local(remote.node_id), remote.vxlan_mac)
             for subnet in remote.pod_subnets:
                 self._route(links, index, subnet, self._vxlan_gateway(remote, subnet))
-            self._route(links, index, _host_prefix(remote.vxlan_ip), None)
+            self._route(links, index, host_prefix(remote.vxlan_ip), None)
 
     def routed_subnets(self, remote: NodeInfo) -> tuple[str, ...]:
         """The remote subnets the L2 interconnect routes via the remote node."""
@@ -219,11 +206,13 @@ class KernelMesh:
                     removed.append(" ".join(map(str, what)))
         return removed
 
-    def prune(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[str]:
+    def prune(self, local: NodeInfo, keep: Collection[NodeInfo],
+              foreign: Collection[str] = ()) -> list[str]:
         """Makes the kernel hold exactly what the nodes in `keep` need: removes what none of
         them explains (nodes removed while this agent was down, leftovers of a changed config)
         and programs again the nodes whose objects went missing (a device or route deleted
-        behind the agent's back). Returns what it changed."""
+        behind the agent's back). Routes to `foreign` prefixes are another mesh's (WireGuard's,
+        beside this one while encryption is rolled out) and stay. Returns what it changed."""
         self._cache = None  # check uplink and device again on the next program()
         want = _wanted(self, keep)
         changed: list[str] = []
@@ -233,9 +222,13 @@ class KernelMesh:
                 links.delete_link(index)
                 changed.append(f"device {self.ifname}")
                 index = None
+            for name in self.stale_links:
+                if links.delete_link_named(name):
+                    changed.append(f"device {name}")
             held = list(self._held(links, index))
             for what, delete in held:
-                if what not in want and delete():
+                theirs = what[0] == "route" and what[1] in foreign
+                if what not in want and not theirs and delete():
                     changed.append(" ".join(map(str, what)))
         missing = want - {what for what, _ in held}
         for remote in keep:
@@ -265,6 +258,30 @@ class KernelMesh:
                 links.delete_fdb, index, entry.mac, entry.dst)
 
 
+def find_uplink(local: NodeInfo) -> Uplink | None:
+    """The interface holding the node IP, or None when no interface holds it."""
+    with netlink.host_session() as links, netlink.translated("finding the uplink"):
+        index = links.index_with_address(local.node_ip)
+        if index is None:
+            return None
+        link = links.link(index)
+        return Uplink(index, link.name, link.mtu, link.mac)
+
+
+def check_fits(pod_mtu: int, local: NodeInfo, overhead: int, how: str) -> None:
+    """Raises InvalidConfig when a pod's full-size packet plus `overhead` (the mesh's
+    encapsulation, `how`) does not fit the uplink; nothing to check without one."""
+    up = find_uplink(local)
+    if up is None:
+        return
+    room = up.mtu - overhead
+    if pod_mtu > room:
+        raise InvalidConfig(
+            f"MTUSize {pod_mtu} does not fit the uplink {up.name} (MTU {up.mtu}) over {how}",
+            f"set MTUSize to at most {room}, or raise the uplink's MTU",
+        )
+
+
 def _is_link_local_hop(ip: str) -> bool:
     return ":" in ip and ipaddress.IPv6Address(ip) in LINK_LOCALS
 
@@ -285,11 +302,11 @@ def _wanted(mesh: KernelMesh, keep: Collection[NodeInfo]) -> set[tuple[Any, ...]
         want.add(("neigh", ll, remote.vxlan_mac))
         for subnet in remote.pod_subnets:
             want.add(("route", subnet, mesh._vxlan_gateway(remote, subnet)))
-        want.add(("route", _host_prefix(remote.vxlan_ip), None))
+        want.add(("route", host_prefix(remote.vxlan_ip), None))
     return want
 
 
-def _host_prefix(ip: str) -> str:
+def host_prefix(ip: str) -> str:
     """`ip` as a one-address prefix, as the kernel dumps it."""
     address = ipaddress.ip_address(ip)
     return f"{address}/{address.max_prefixlen}"
@@ -312,4 +329,5 @@ def _delete(links: Session, what: tuple[Any, ...], index: int) -> Deleter:
     return partial(links.delete_fdb, index, first, second)
 
 
-__all__ = ["RTPROT_MESH", "KernelMesh", "Uplink", "vxlan_mac"]
+__all__ = ["RTPROT_MESH", "KernelMesh", "Uplink", "check_fits", "find_uplink", "host_prefix",
+           "vxlan_mac"]

@@ -203,6 +203,17 @@ class Session:
                       vxlan_port=vxlan.port, vxlan_learning=0, vxlan_link=uplink, **local)
         return self._index(name)
 
+    def add_wireguard(self, name: str) -> int:
+        """Adds a kernel WireGuard device; its index. NetlinkError EOPNOTSUPP where the kernel
+        has no WireGuard (agent/linux/wireguard then runs wireguard-go)."""
+        self.ipr.link("add", ifname=name, kind="wireguard")
+        return self._index(name)
+
+    def link_kind(self, index: int) -> str:
+        """The link's IFLA_INFO_KIND ("vxlan", "wireguard", "tun", ...; "" when it has none)."""
+        info = self.ipr.link("get", index=index)[0].get_attr("IFLA_LINKINFO")
+        return "" if info is None else str(info.get_attr("IFLA_INFO_KIND") or "")
+
     def add_veth(self, name: str, peer: str, mtu: int, mac: str) -> None:
         """Adds a veth pair in this namespace, this end with `mac`, both ends with `mtu`."""
         self.ipr.link("add", ifname=name, kind="veth", mtu=mtu, address=mac,

@@ -9,6 +9,8 @@ every other node's MAC without asking it. Pure: no I/O.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +19,8 @@ from typing import Any
 from ipam import NodeNetworks
 
 VXLAN_OVERHEAD = {4: 50, 6: 70}  # outer Ethernet 14 + IP 20/40 + UDP 8 + VXLAN 8
+# outer IP 20/40 + UDP 8 + WireGuard's data header 16 (type, receiver, counter) + its tag 16
+WIREGUARD_OVERHEAD = {4: 60, 6: 80}
 
 
 class NodeInfoError(ValueError):
@@ -39,6 +43,9 @@ class NodeInfo:
     vpp_host_subnet: str
     uplink_mac: str = ""  # the MAC behind node_ip (the L2 interconnect routes through it)
     rest_port: int = 0  # the agent's REST port on node_ip (vswitchctl); 0: not published
+    # Encryption: wireguard: its public key and UDP port ("" and 0: it does not encrypt)
+    wg_public_key: str = ""
+    wg_port: int = 0
 
     @property
     def vxlan_mac(self) -> str:
@@ -55,12 +62,15 @@ class NodeInfo:
             "vppHostSubnet": self.vpp_host_subnet,
             "uplinkMAC": self.uplink_mac,
             "restPort": self.rest_port,
+            **({"wireguard": {"publicKey": self.wg_public_key, "port": self.wg_port}}
+               if self.wg_public_key else {}),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> NodeInfo:
         """Parses and validates a registry value; raises NodeInfoError naming the field."""
         try:
+            wireguard = data.get("wireguard") or {}
             info = cls(
                 name=str(data["name"]),
                 node_id=int(data["id"]),
@@ -70,12 +80,33 @@ class NodeInfo:
                 vpp_host_subnet=str(ipaddress.ip_network(data["vppHostSubnet"])),
                 uplink_mac=str(data.get("uplinkMAC", "")),
                 rest_port=int(data.get("restPort", 0)),  # absent in older agents' entries
+                wg_public_key=_wireguard_key(wireguard.get("publicKey", "")),
+                wg_port=int(wireguard.get("port", 0)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise NodeInfoError(f"bad registry entry {dict(data)!r}: {exc}") from exc
+        if info.wg_public_key and not 0 < info.wg_port < 65536:
+            raise NodeInfoError(f"bad registry entry {dict(data)!r}: wireguard.port "
+                                f"{info.wg_port} is no UDP port")
         if info.node_id < 1 or not info.name:
             raise NodeInfoError(f"bad registry entry {dict(data)!r}: empty name or ID < 1")
         return info
+
+
+def _wireguard_key(value: object) -> str:
+    """A published WireGuard public key: base64 of 32 bytes."""
+    key = str(value)
+    if key and len(base64.b64decode(key, validate=True)) != 32:
+        raise ValueError(f"wireguard.publicKey {key!r} is not a WireGuard key")
+    return key
+
+
+def fingerprint(public: str) -> str:
+    """A short, stable name for a public key (the first 8 bytes of its SHA-256, hex)."""
+    if not public:
+        return ""
+    digest = hashlib.sha256(base64.b64decode(public)).hexdigest()[:16]
+    return ":".join(digest[i:i + 4] for i in range(0, 16, 4))
 
 
 def vxlan_mac(node_id: int) -> str:
@@ -107,7 +138,8 @@ def choose_node_ip(configured: str, env: Mapping[str, str], networks: NodeNetwor
 
 
 def local_node(
-    name: str, node_ip: str, networks: NodeNetworks, uplink_mac: str = "", rest_port: int = 0
+    name: str, node_ip: str, networks: NodeNetworks, uplink_mac: str = "", rest_port: int = 0,
+    wg_public_key: str = "", wg_port: int = 0,
 ) -> NodeInfo:
     return NodeInfo(
         name=name,
@@ -118,4 +150,6 @@ def local_node(
         vpp_host_subnet=str(networks.vpp_host_subnet),
         uplink_mac=uplink_mac,
         rest_port=rest_port,
+        wg_public_key=wg_public_key,
+        wg_port=wg_port if wg_public_key else 0,
     )

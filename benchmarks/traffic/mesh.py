@@ -52,7 +52,8 @@ from benchmarks.traffic.mesh_report import (
     SetupResult,
     render,
 )
-from testbed.cluster import Cluster, Node, Pod, converged, unreachable, wait_for
+from testbed.cluster import Cluster, Node, Pod, converged, wait_for
+from testbed.podcheck import unreachable
 from testbed.pods import sends_tso
 from testbed.service import DnatService
 from testbed.vpp_nodes import MISSING, REAL_VPP, VppNodes

@@ -55,7 +55,8 @@ from benchmarks.traffic.mesh import (
     setup_cluster,
 )
 from benchmarks.traffic.mesh_report import ROWS, Counts, Row, SetupResult, cell, compare
-from testbed.cluster import Node, converged, unreachable, wait_for
+from testbed.cluster import Node, converged, wait_for
+from testbed.podcheck import unreachable
 from testbed.service import DnatService
 from testbed.vpp import VppProbe
 from testbed.vpp_nodes import VppNodes

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.app.config import AgentConfig, ConfigError, load, parse, preflight
+from agent.app.config import AgentConfig, ConfigError, load, parse
+from agent.app.preflight import preflight
 from agent.app.wiring import vpp_config
 from agent.dataplane.vpp.config import VppConfig
 from agent.model.errors import InvalidConfig
@@ -354,3 +355,23 @@ def test_service_translation_needs_vpp_table_0_and_the_interconnect() -> None:
         parse({**vpp, "ServiceTranslation": "vpp", "MainVRFID": 2})
     with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*VXLANOwner: linux"):
         parse({**vpp, "ServiceTranslation": "vpp", "VXLANOwner": "vpp"})
+
+
+def test_encryption_keys_defaults_and_refusals() -> None:
+    off = parse({"NodeName": "n"}, env={})
+    assert (off.encryption, off.mtu, off.wireguard_port) == ("off", 1450, 51820)
+    assert parse({"NodeName": "n", "Encryption": False}, env={}).encryption == "off"  # YAML off
+    on = parse({"NodeName": "n", "Encryption": "wireguard"}, env={})
+    assert (on.encryption, on.mtu, on.wireguard_interface) == ("wireguard", 1420, "vswitch-wg")
+    given = parse({"NodeName": "n", "Encryption": "wireguard", "MTUSize": 1400,
+                   "WireGuardPort": 51000, "WireGuardImplementation": "wireguard-go"}, env={})
+    assert (given.mtu, given.wireguard_port, given.wireguard_implementation) == (
+        1400, 51000, "wireguard-go")
+    with pytest.raises(ConfigError, match=r"'Encryption' = 'ipsec'.*'off', 'wireguard' or"):
+        parse({"NodeName": "n", "Encryption": "ipsec"}, env={})
+    with pytest.raises(ConfigError, match=r"'Encryption' = 'wireguard'.*Dataplane: vpp.*clear"):
+        parse({"NodeName": "n", "Dataplane": "vpp", "Encryption": "wireguard"}, env={})
+    with pytest.raises(ConfigError, match=r"'WireGuardImplementation' = 'boringtun'"):
+        parse({"NodeName": "n", "WireGuardImplementation": "boringtun"}, env={})
+    with pytest.raises(ConfigError, match=r"'WireGuardPort' = 0"):
+        parse({"NodeName": "n", "WireGuardPort": 0}, env={})

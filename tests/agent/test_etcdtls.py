@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.app.config import ConfigError, parse, preflight
+from agent.app.config import ConfigError, parse
+from agent.app.preflight import preflight
 from agent.state.etcd_tls import EtcdTLS, TLSFileError, explain
 from testbed.pki import CA, OPENSSL, Cert, Pki
 

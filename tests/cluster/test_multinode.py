@@ -27,19 +27,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from testbed.cluster import (
-    Cluster,
-    Node,
-    Pod,
-    assert_pods_talk,
-    converged,
-    mentions,
-    mesh_view,
-    sh,
-    unreachable,
-    wait_for,
-)
+from testbed.cluster import Cluster, Node, Pod, converged, mentions, mesh_view, sh, wait_for
 from testbed.netns import ping as netns_ping
+from testbed.podcheck import assert_pods_talk, unreachable
 
 
 def test_three_nodes_mesh_join_and_removal(

@@ -2,7 +2,8 @@
 
 Test plan: the node IP comes from NodeIP, else NODE_IP, else NodeInterconnectCIDR host N; a bad
 value names its source; DHCP without either is NoNodeIP; entries round-trip through JSON and a
-corrupt one is refused naming what is wrong; MACs and IPv6 next hops are unique per node ID.
+corrupt one is refused naming what is wrong (a WireGuard key that is no key among them); MACs and
+IPv6 next hops are unique per node ID; key fingerprints are short and stable.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from agent.model.node import (
     NodeInfoError,
     NoNodeIP,
     choose_node_ip,
+    fingerprint,
     link_local,
     local_node,
     vxlan_mac,
@@ -56,3 +58,27 @@ def test_macs_and_next_hops_per_node_id() -> None:
     assert link_local(2) == "fe80::2b:0:2"
     ids = range(1, 2000)
     assert len({vxlan_mac(i) for i in ids}) == len({link_local(i) for i in ids}) == len(ids)
+
+
+KEY = "XbcIPClV/lryzgUfx0kXxq7av4CtNUanlzBkY2MHr0k="
+
+
+def test_wireguard_key_in_the_entry() -> None:
+    nets = node_networks(CFG, 3)
+    plain = local_node("n3", "192.168.16.3", nets, wg_port=51820)
+    assert "wireguard" not in plain.to_json() and plain.wg_port == 0  # no key: no port
+    info = local_node("n3", "192.168.16.3", nets, wg_public_key=KEY, wg_port=51820)
+    assert info.to_json()["wireguard"] == {"publicKey": KEY, "port": 51820}
+    assert NodeInfo.from_json(info.to_json()) == info
+    for bad in ({"publicKey": "not-a-key", "port": 51820}, {"publicKey": KEY[:-4], "port": 1},
+                {"publicKey": KEY, "port": 0}, {"publicKey": KEY, "port": 70000}, "x"):
+        with pytest.raises(NodeInfoError, match="bad registry entry"):
+            NodeInfo.from_json({**info.to_json(), "wireguard": bad})
+
+
+def test_fingerprints() -> None:
+    assert fingerprint("") == ""
+    assert fingerprint(KEY) == fingerprint(KEY)
+    assert len(fingerprint(KEY)) == 19 and fingerprint(KEY).count(":") == 3
+    other = "9MGgfGzLE0N6lYmgA+OL1SuyC/Np8/eGeXLbfbp9IW4="
+    assert fingerprint(other) != fingerprint(KEY)

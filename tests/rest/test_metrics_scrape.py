@@ -33,7 +33,8 @@ def documented() -> dict[str, tuple[str, set[str]]]:
     return {name: (kind, set(re.findall(r"`(\w+)`", labels))) for name, kind, labels in rows}
 
 
-API_SERIES = ("vswitch_cni_vpp_", "vswitch_cni_policy_", "vswitch_cni_kube_")
+API_SERIES = ("vswitch_cni_vpp_", "vswitch_cni_policy_", "vswitch_cni_kube_",
+              "vswitch_cni_wireguard_")
 
 
 def assert_documented(families: set[str], docs: dict[str, tuple[str, set[str]]]) -> None:
@@ -119,7 +120,8 @@ def test_metrics_after_add_and_del(tmp_path: Path, etcd_endpoints: list[str],
     assert len(docs) >= 19
     families = {re.sub(r"_(total|bucket|sum|count|created)$", "", n) for n in samples}
     # not the series of a VPP agent (tests/vpp checks them), nor those of an agent with a
-    # Kubernetes API (tests/kube/test_policy_agent)
+    # Kubernetes API (tests/kube/test_policy_agent) or with encryption (tests/cluster/
+    # test_encryption)
     check_series(samples, types, docs, lambda name: not name.startswith(API_SERIES))
     assert_documented(families, docs)
 

@@ -43,17 +43,9 @@ import pytest
 from agent.dataplane.vpp import interfaces, ip
 from agent.dataplane.vpp.mesh import BVI_TAG
 from testbed import pods
-from testbed.cluster import (
-    Cluster,
-    Node,
-    Pod,
-    assert_pods_talk,
-    converged,
-    sh,
-    unreachable,
-    wait_for,
-)
+from testbed.cluster import Cluster, Node, Pod, converged, sh, wait_for
 from testbed.netns import unique
+from testbed.podcheck import assert_pods_talk, unreachable
 from testbed.traffic import Server, tcp_transfer
 from tests.helpers.vpp_nodes import BD, POD_VRF, REAL_VPP, VppNodes, linux_routes, naming, vpp_view
 
