@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,8 +162,10 @@ def vpp_pid(vpps: VppNodes, node: Node) -> int:
         probe.close()
 
 
-def run_setup(setup: Setup, counts: Counts, pods_cpu: int, vpp_cpu: int) -> SetupResult:
-    """One setup on a cluster of its own (etcd, fabric, nodes, VPPs), all removed after."""
+def run_setup(setup: Setup, counts: Counts, pods_cpu: int, vpp_cpu: int,
+              observe: Callable[[list[Node], SetupResult], None] | None = None) -> SetupResult:
+    """One setup on a cluster of its own (etcd, fabric, nodes, VPPs), all removed after;
+    `observe` sees the nodes once their mesh carries a ping (benchmarks/traffic/encryption)."""
     result = SetupResult(setup.name, {**setup.config, "placement": setup.describe(
         pods_cpu, vpp_cpu)}, load_start=machine.loadavg())
     if lacks_vpp(result, setup.config):
@@ -180,6 +182,8 @@ def run_setup(setup: Setup, counts: Counts, pods_cpu: int, vpp_cpu: int) -> Setu
         wait_for(lambda: converged(nodes), 60, "the node mesh")
         wait_for(lambda: unreachable([a], [b]) == [], 30, "a ping from a to b")
         log(f"{setup.name}: pods {a.ips} on {nodes[0].name}, {b.ips} on {nodes[-1].name}")
+        if observe is not None:
+            observe(nodes, result)
         where = "same" if setup.nodes == 1 else "across"
         service = DnatService(SERVICE_IP, IPERF_PORT, netns=nodes[0].netns)
         try:

@@ -1,0 +1,155 @@
+"""Pod traffic across two nodes encrypted with WireGuard against the same in clear (issue #41):
+the one-machine cluster (testbed/cluster.py: node namespaces on a fabric bridge, real etcd and
+agents, pods through the real plugin), a pod on each node, and vpp_core's rows across nodes.
+
+    python -m benchmarks run encryption [--quick] [--setup NAME ...] [--out BENCHMARKS.md]
+                                        [--json FILE]
+
+Setups (SETUPS): `clear` (the kernel dataplane's VXLAN mesh) and `wireguard` (`Encryption:
+wireguard`; the kernel's WireGuard where it has the module, else wireguard-go: the section says
+which ran). Nothing is pinned: the pods' sender and receiver, the agents and wireguard-go's
+threads run where the scheduler puts them, as on a node; every CPU's busy share during one more
+TCP run gives Gbit/s per busy CPU (vpp_core.py). Rows: TCP one stream IPv4 and IPv6, TCP to a
+stand-in ClusterIP whose backend is on the other node, RTT, UDP loss at 1 Gbit/s offered. The
+pod MTU is each setup's default (1450 clear, 1420 encrypted).
+
+VPP's WireGuard is not driven by the agent yet (docs/encryption.md), so there is no VPP setup.
+Writes its own section of --out between markers (full mode's default is BENCHMARKS.md; quick
+mode writes only where --out says). Traffic goes only to the namespaces it creates; everything
+it starts is removed again, also on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.core import machine
+from benchmarks.core.harness import REPO
+from benchmarks.core.sections import markers
+from benchmarks.traffic.mesh import log, report
+from benchmarks.traffic.mesh_report import Counts, SetupResult, cell, compare
+from benchmarks.traffic.vpp_core import ACROSS_ROWS, BUSY, PER_CPU, Setup, run_setup
+from testbed.cluster import Node
+
+BEGIN, END = markers("encryption")
+DEFAULT_OUT = REPO / "BENCHMARKS.md"
+BASELINE = "clear"
+IMPLEMENTATION = "WireGuard"
+SETUPS = (
+    Setup("clear", {"Dataplane": "kernel"}, pinned=False, nodes=2),
+    Setup("wireguard", {"Dataplane": "kernel", "Encryption": "wireguard"}, pinned=False,
+          nodes=2),
+)
+
+
+def which_wireguard(nodes: list[Node], result: SetupResult) -> None:
+    """Records the WireGuard the first node's agent runs (kernel or wireguard-go)."""
+    _, view = nodes[0].get("/v1/nodes")
+    device = view.get("wireguard") if isinstance(view, dict) else None
+    if device:
+        result.config[IMPLEMENTATION] = device["implementation"]
+
+
+def table(results: list[SetupResult]) -> list[str]:
+    by_name = {r.name: r for r in results}
+    base = by_name.get(BASELINE)
+    head = ["row (across nodes)"]
+    for r in results:
+        head += [f"`{r.name}`"] + (["/ clear"] if r.name != BASELINE else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in ACROSS_ROWS:
+        if not any(r.values.get(row.key) or row.key in r.errors for r in results):
+            continue
+        cells = [row.label]
+        for r in results:
+            cells.append(cell(r, row))
+            if r.name != BASELINE:
+                cells.append(compare(r, base, row))
+        lines.append("| " + " | ".join(cells) + " |")
+    per_cpu = ["Gbit/s per busy CPU (one more TCP IPv4 run)"]
+    for r in results:
+        value = r.config.get(PER_CPU)
+        per_cpu.append("-" if value is None else f"{value:.2f}")
+        if r.name != BASELINE:
+            theirs = base.config.get(PER_CPU) if base else None
+            per_cpu.append(f"{value / theirs:.2f} x" if value and theirs else "-")
+    lines.append("| " + " | ".join(per_cpu) + " |")
+    return lines
+
+
+def render(header: dict[str, Any], results: list[SetupResult]) -> str:
+    counts: Counts = header["counts"]
+    m = header["machine"]
+    setups = []
+    for r in results:
+        keys = ", ".join(f"{k}: {v}" for k, v in r.config.items())
+        what = {"ok": f"measured in {r.seconds:.0f} s, load {r.load_start} -> {r.load_end}",
+                "failed": f"**failed**: {r.note}", "skipped": f"skipped: {r.note}"}[r.status]
+        setups.append(f"- `{r.name}` ({keys}): {what}")
+        setups += [f"  - {k}: **failed**: {e}" for k, e in r.errors.items()]
+    return "\n".join([
+        BEGIN, "## Encryption between nodes: WireGuard against clear (issue #41)", "",
+        f"Command: `{header['command']}` (as root, from the checkout). Started "
+        f"{header['started']}; load average {header['load_start']} at the start, "
+        f"{header['load_end']} at the end. Machine: {m['CPU']}, "
+        f"{m['cores (os.cpu_count)']} cores, kernel {m['kernel']}. Code measured: "
+        f"{header['commit']}.", "",
+        "Two nodes of the one-machine cluster, the kernel dataplane, pod a on the first node "
+        "and pod b on the second; nothing pinned. ClusterIP: kube-proxy's DNAT on a's node "
+        "(testbed/service.py) to b. `wireguard`: every packet between the nodes through "
+        "WireGuard (the implementation the agent found is named below; this kernel has no "
+        "WireGuard module, so it is wireguard-go in userspace); `clear`: VXLAN. iperf3 one TCP "
+        f"stream {counts.seconds} s, UDP 1400-byte datagrams at 1 Gbit/s {counts.seconds} s, "
+        f"RTT the average of {counts.pings} pings 10 ms apart; each row {counts.runs} time(s), "
+        "interleaved; cells: median (min-max); ratios over `clear` (UDP loss: the difference "
+        "in points).", "",
+        *setups, "",
+        *table(results), "",
+        f"{PER_CPU}: that run's Gbit/s over the sum of every CPU's busy share during it "
+        f"({BUSY.lower()} is listed per setup). On a machine whose kernel has WireGuard, the "
+        "same command measures the kernel's (docs/encryption.md).", "",
+        END, "",
+    ])
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks run encryption",
+                                     description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 run of 1 s per row (a smoke run)")
+    parser.add_argument("--setup", action="append", choices=[s.name for s in SETUPS],
+                        help="measure only this setup (repeatable; default: both)")
+    parser.add_argument("--out", type=Path,
+                        help="markdown file whose section is replaced (default: BENCHMARKS.md; "
+                        "quick mode: none)")
+    parser.add_argument("--json", type=Path, help="also write every value here")
+    args = parser.parse_args(argv)
+    if args.out is None and not args.quick:
+        args.out = DEFAULT_OUT
+    if args.quick and args.out is not None and args.out.resolve() == DEFAULT_OUT.resolve():
+        parser.error("quick-mode numbers must not replace BENCHMARKS.md; pick another --out")
+    if os.geteuid() != 0:
+        parser.error("needs root: it creates network namespaces and starts agents")
+    args.setup = [s for s in SETUPS if args.setup is None or s.name in args.setup]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+
+    def measure_all(counts: Counts) -> list[SetupResult]:
+        results = []
+        for setup in args.setup:
+            log(f"{setup.name}: starting")
+            results.append(run_setup(setup, counts, 0, 1, observe=which_wireguard))
+        return results
+
+    log(f"machine: {machine.machine()['CPU']}")
+    return report("encryption", argv, args, measure_all, render, (BEGIN, END))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
