@@ -41,6 +41,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.model.node import fingerprint
 from testbed.capture import Capture
 from testbed.cluster import ETCD_URL, Cluster, Node, Pod, converged, in_netns, sh, wait_for
 from testbed.netns import run_in
@@ -152,6 +153,11 @@ def test_encrypted_pods_talk_and_the_key_stays_on_the_node(
                             ("metrics", metrics), ("the log", nodes[0].log())):
             assert private not in text, where
         assert public in registry
+
+        shown = nodes[0].operator("wireguard", "show")
+        assert shown.returncode == 0, shown.stderr
+        assert f"key {fingerprint(public)}" in shown.stdout and "peer node-2" in shown.stdout
+        assert private not in shown.stdout
 
         table = _vswitchctl(cluster, "wireguard")
         record_property("vswitchctl_wireguard", table)
