@@ -85,20 +85,20 @@ class ClusterSide:
         ip = node_ip.split("/")[0]
         reachable = any(host in ("0.0.0.0", "::", ip) for host, _ in cfg.rest_binds)
         wg_key = ""
-        if isinstance(mesh, WireGuardMesh | PermissiveMesh):
+        wireguard = wireguard_of(mesh)
+        if wireguard is not None:
             # The key (made on first start) and the device, here: a node that cannot encrypt
             # refuses to start, naming why (no wireguard-go, no wg), before it joins the mesh.
-            wg_key = mesh.device.key.ensure()
+            wg_key = wireguard.device.key.ensure()
             if uplink is not None:
-                mesh.prepare(probe)
+                wireguard.prepare(probe)
         local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
                            rest_port=cfg.http_host_port[1] if reachable else 0,
                            wg_public_key=wg_key, wg_port=cfg.wireguard_port)
         # a store of its own: its own etcd connection (agent/state/registry)
         registry = Registry(Store(list(cfg.etcd_endpoints), cfg.etcd_prefix, cfg.etcd_timeout,
                                   cfg.etcd_tls))
-        refresh = (mesh.refresh_local if isinstance(mesh, WireGuardMesh | PermissiveMesh)
-                   else None)
+        refresh = wireguard.refresh_local if wireguard is not None else None
         return cls(registry, local, MeshController(registry, local, mesh, refresh_local=refresh))
 
     def start(self) -> None:
@@ -112,10 +112,10 @@ class ClusterSide:
 
     def snapshot(self) -> dict[str, Any]:
         snap = self.controller.snapshot()
-        mesh = self.controller.dataplane
-        if isinstance(mesh, WireGuardMesh | PermissiveMesh):
+        wireguard = wireguard_of(self.controller.dataplane)
+        if wireguard is not None:
             seen = self.controller.nodes.items().values()
-            snap["wireguard"] = mesh.view(self.controller.local, seen)
+            snap["wireguard"] = wireguard.view(self.controller.local, seen)
         return snap
 
     def removed(self) -> bool:
@@ -127,28 +127,10 @@ def _mesh(
     cfg: AgentConfig, networks: NodeNetworks, dataplane: Any
 ) -> KernelMesh | WireGuardMesh | PermissiveMesh | VppNodeMesh:
     """The mesh of the configured dataplane: Linux's (VXLAN device, or routes alone with
-    UseL2Interconnect) for both dataplanes; with `VXLANOwner: vpp`, VPP's own VXLAN tunnels
-    riding on Linux routes to the remote VPP-host subnets; with `Encryption: wireguard`
-    (kernel dataplane), WireGuard peers instead of VXLAN; with `wireguard-permissive`, both:
-    WireGuard to the nodes that publish a key, VXLAN to the others."""
-    if cfg.dataplane == "kernel" and cfg.encryption != "off":
-        if cfg.use_l2_interconnect:
-            log.warning("UseL2Interconnect is moot with Encryption: wireguard: pod traffic "
-                        "between nodes goes through WireGuard")
-        key = KeyFile(Path(cfg.state_dir) / "wireguard.key")
-        device = Device(cfg.wireguard_interface, cfg.wireguard_port, key,
-                        cfg.wireguard_implementation)
-        plan = cfg.ipam
-        catch_all = [str(c) for c in (plan.pod_subnet_cidr, plan.pod_subnet_v6_cidr,
-                                      plan.vxlan_cidr) if c is not None]
-        if cfg.encryption == "wireguard-permissive":
-            return PermissiveMesh(WireGuardMesh(cfg.mtu, device, catch_all),
-                                  KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni))
-        return WireGuardMesh(cfg.mtu, device, catch_all, stale_links=(cfg.vxlan_interface,))
+    UseL2Interconnect; WireGuard with `Encryption`) for both dataplanes; with `VXLANOwner: vpp`,
+    VPP's own VXLAN tunnels riding on Linux routes to the remote VPP-host subnets."""
     if cfg.dataplane == "kernel":
-        return KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
-                          l2_interconnect=cfg.use_l2_interconnect,
-                          stale_links=(cfg.wireguard_interface,))
+        return _linux_mesh(cfg)
     # Imported here: a kernel-dataplane agent never loads vpp-papi.
     from agent.dataplane.vpp.driver import VppDataplane
     from agent.dataplane.vpp.mesh import VppMesh
@@ -161,9 +143,7 @@ def _mesh(
     vpp = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
                   cfg.vxlan_vni)
     if not cfg.vxlan_in_vpp:
-        linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
-                           l2_interconnect=cfg.use_l2_interconnect)
-        return VppNodeMesh(dataplane, linux, None, cfg.mtu, stale=vpp)
+        return VppNodeMesh(dataplane, _linux_mesh(cfg), None, cfg.mtu, stale=vpp)
     if cfg.main_vrf_id == cfg.pod_vrf_id:
         # The pod VRF routes remote VPP-host subnets into the tunnels, whose own packets (to
         # those subnets) are routed in the main VRF: one table would loop them.
@@ -174,3 +154,33 @@ def _mesh(
     linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
                        route_vpp_host=True)
     return VppNodeMesh(dataplane, linux, vpp, cfg.mtu)
+
+
+def _linux_mesh(cfg: AgentConfig) -> KernelMesh | WireGuardMesh | PermissiveMesh:
+    """What carries pod traffic between nodes in the node's Linux: its VXLAN device (or routes
+    alone with UseL2Interconnect), or with `Encryption` WireGuard (`wireguard-permissive`: both,
+    WireGuard to the nodes that publish a key). With `Dataplane: vpp` VPP hands that traffic to
+    Linux over the VPP-host interconnect."""
+    if cfg.encryption == "off":
+        return KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni,
+                          l2_interconnect=cfg.use_l2_interconnect,
+                          stale_links=(cfg.wireguard_interface,))
+    if cfg.use_l2_interconnect:
+        log.warning("UseL2Interconnect is moot with Encryption: pod traffic between nodes goes "
+                    "through WireGuard")
+    key = KeyFile(Path(cfg.state_dir) / "wireguard.key")
+    device = Device(cfg.wireguard_interface, cfg.wireguard_port, key,
+                    cfg.wireguard_implementation)
+    plan = cfg.ipam
+    catch_all = [str(c) for c in (plan.pod_subnet_cidr, plan.pod_subnet_v6_cidr,
+                                  plan.vxlan_cidr) if c is not None]
+    if cfg.encryption == "wireguard-permissive":
+        return PermissiveMesh(WireGuardMesh(cfg.mtu, device, catch_all),
+                              KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni))
+    return WireGuardMesh(cfg.mtu, device, catch_all, stale_links=(cfg.vxlan_interface,))
+
+
+def wireguard_of(mesh: object) -> WireGuardMesh | PermissiveMesh | None:
+    """The WireGuard mesh inside `mesh` (itself, or a VPP node's Linux half); None: clear."""
+    linux = getattr(mesh, "linux", mesh)
+    return linux if isinstance(linux, WireGuardMesh | PermissiveMesh) else None

@@ -14,9 +14,10 @@ Order: Linux first (a tunnel without its route would send into nothing), VPP aft
 the reverse. With `VXLANOwner: linux` (the default) or `UseL2Interconnect` there is no VPP part
 at all: VPP's main VRF already sends everything that is not its own pods to the node, and Linux
 carries it to the remote node as the kernel dataplane does (its VXLAN device, or routes via the
-remote node IPs); `stale`, VPP's mesh, is then only removed (a node that ran VPP's own tunnels
-before). Pods keep their IPv4 TSO that way: VPP never segments a GSO packet, because every
-interface it forwards them to (pods, interconnect) takes them whole (docs/vpp.md).
+remote node IPs; with `Encryption`, its WireGuard device: docs/encryption.md); `stale`, VPP's
+mesh, is then only removed (a node that ran VPP's own tunnels before). Pods keep their IPv4 TSO
+that way: VPP never segments a GSO packet, because every interface it forwards them to (pods,
+interconnect) takes them whole (docs/vpp.md).
 
 A restarted VPP has lost the mesh: `prune` (every registry relist) programs again every remote
 node whose tunnel is missing, after the driver's base configuration is back.
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from agent.dataplane.kernel_mesh import KernelMesh
 from agent.dataplane.vpp.mesh import VppMesh, tunnel_endpoint
+from agent.dataplane.wireguard_mesh import PermissiveMesh, WireGuardMesh
 from agent.model.errors import InvalidConfig
 from agent.model.node import VXLAN_OVERHEAD, NodeInfo
 
@@ -41,7 +43,8 @@ class VppNodeMesh:
     """`MeshDataplane` (agent/cluster/controller.py) for the VPP dataplane."""
 
     def __init__(
-        self, driver: VppDataplane, linux: KernelMesh, vpp: VppMesh | None, pod_mtu: int,
+        self, driver: VppDataplane, linux: KernelMesh | WireGuardMesh | PermissiveMesh,
+        vpp: VppMesh | None, pod_mtu: int,
         stale: VppMesh | None = None,
     ) -> None:
         self.driver = driver
