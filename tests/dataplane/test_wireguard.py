@@ -5,7 +5,8 @@ Test plan: a key file is made with mode 0600, its public key is wg's; rotation r
 inode: what the agent notices); a file others may read is set back to 0600; a file holding no
 key is refused naming it; the dump's device line keeps no private key; the device is made
 (wireguard-go here), keyed, takes and removes a peer, keeps its port and key over a second
-ensure() without touching them, and deleting it ends wireguard-go.
+ensure() without touching them, and deleting it ends wireguard-go; the pod MTU leaves room for
+WireGuard's 60 bytes over an IPv4 uplink and 80 over IPv6.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.dataplane.wireguard_mesh import WireGuardMesh
 from agent.linux.wireguard import Device, KeyFile, parse_dump
 from agent.model.errors import InvalidConfig
+from agent.model.node import local_node
+from ipam import IPAMConfig, node_networks
 from testbed.cluster import end_processes
 from testbed.netns import NodeExecutor, named_netns
 
@@ -96,3 +100,23 @@ def _exercise(pool: NodeExecutor, device: Device, peer_key: str) -> None:
     pool.submit(device.remove_peer, peer_key).result()
     assert pool.submit(device.status).result().peers == ()
     assert pool.submit(device.delete).result()
+
+
+def test_pod_mtu_room_over_an_ipv4_and_an_ipv6_uplink(node_ns: str, tmp_path: Path) -> None:
+    """WireGuard costs 60 bytes over an IPv4 uplink and 80 over IPv6: a 1500-byte uplink takes
+    pods of 1440 and 1420; one byte more is refused naming the largest that fits."""
+    name = os.path.basename(node_ns)
+    for argv in (["link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"],
+                 ["addr", "add", "192.168.16.1/24", "dev", "eth0"],
+                 ["addr", "add", "fd00:16::1/64", "dev", "eth0", "nodad"],
+                 ["link", "set", "eth0", "up"]):
+        subprocess.run(["ip", "-n", name, *argv], check=True)
+    cfg = IPAMConfig.from_mapping({"PodSubnetV6CIDR": "fd00:10::/48"})[0]
+    device = Device("wgmtu", 51820, KeyFile(tmp_path / "k"))
+    for node_ip, fits in (("192.168.16.1", 1440), ("fd00:16::1", 1420)):
+        local = local_node("n1", node_ip, node_networks(cfg, 1))
+        WireGuardMesh(fits, device, []).check_mtu(local)
+        with pytest.raises(InvalidConfig, match=f"MTUSize {fits + 1} does not fit the uplink "
+                           r"eth0 \(MTU 1500\) over WireGuard") as err:
+            WireGuardMesh(fits + 1, device, []).check_mtu(local)
+        assert f"at most {fits}" in str(err.value.details)
