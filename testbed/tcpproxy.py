@@ -83,10 +83,10 @@ class TcpProxy:
                         data = sock.recv(65536)
                         if not data:
                             return
-                        peer[sock].sendall(data)
-                        if sock is server:
-                            with self._lock:
+                        if sock is server:  # counted before it is passed on: a client
+                            with self._lock:    # that has the bytes finds them counted
                                 self.down += len(data)
+                        peer[sock].sendall(data)
             except (OSError, ValueError):
                 return  # reset, or cut
             finally:
