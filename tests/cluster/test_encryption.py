@@ -219,7 +219,8 @@ def test_a_node_joins_and_leaves_during_traffic(tmp_path: Path) -> None:
             sent, answered, gap_ms = map(int, flow.result())
         print(f"node-1 -> node-2 while node-3 came and went: {answered}/{sent} answered, "
               f"longest gap {gap_ms} ms")
-        assert answered >= sent * 0.95 and gap_ms <= 500, (sent, answered, gap_ms)
+        # a bound for a loaded CI machine (here: none lost); without the mesh it would be all
+        assert answered >= sent * 0.9 and gap_ms <= 2000, (sent, answered, gap_ms)
 
 
 def _peer_gone(node: Node, key: str) -> bool:
@@ -344,7 +345,9 @@ def test_rollout_on_a_running_cluster_keeps_pods_connected(
         print(f"rollout in {took:.1f}s: TCP connection intact ({total} bytes); UDP "
               f"{sent - answered}/{sent} lost, longest gap {gap_ms} ms")
         assert source == pods[0].ips[0] and check == "ok" and "!=" not in total
-        assert gap_ms <= 1000 and sent - answered <= 200, (sent, answered, gap_ms)
+        # a bound for a loaded CI machine (here: 3 lost, 15 ms); a restart that cut the mesh
+        # for its duration would lose seconds of datagrams
+        assert gap_ms <= 2000 and sent - answered <= 400, (sent, answered, gap_ms)
         for node in nodes:
             assert sh("ip", "-n", node.netns, "link", "show", "vxlan-vsw",
                       check=False).returncode != 0, f"VXLAN device left on {node.name}"
