@@ -60,8 +60,11 @@ class WireGuardMesh:
         self._lock = threading.Lock()
         self._index: int | None = None
         self._peers: dict[int, str] = {}  # node ID -> the key its peer was set with
-        # programmed peers without a handshake yet: node ID -> (its entry, when set)
+        self._known: dict[int, NodeInfo] = {}  # node ID -> the entry its peer was set from
+        # peers this node starts handshakes with (lower node ID) that have had none since they
+        # were set: node ID -> (its entry, when set, Unix time); watched by `_watch`
         self._waiting: dict[int, tuple[NodeInfo, float]] = {}
+        self._watcher: threading.Thread | None = None
         self._stamp: tuple[int, int] | None = None  # the key file the device holds
         self.last_status: tuple[float, DeviceStatus | None] = (0.0, None)
 
@@ -109,7 +112,6 @@ class WireGuardMesh:
         if self._index is not None:
             try:
                 self.last_status = (time.time(), self.device.status())
-                self._initiate_again(local)
             except DataplaneFailure as exc:
                 log.warning("WireGuard device status: %s", exc)
         if self._stamp is None or self.device.key.stamp() == self._stamp:
@@ -118,6 +120,12 @@ class WireGuardMesh:
         public = self.device.key.public()
         self.device.configure()
         self._stamp = stamp
+        # Every session ended with the old key: this node starts new handshakes with the peers
+        # it initiates with (the others start theirs as they set the new key's peer).
+        for node_id, key in list(self._peers.items()):
+            remote = self._known.get(node_id)
+            if remote is not None and remote.wg_public_key == key:
+                self._set(local, remote)
         log.info("WireGuard key rotated: public key fingerprint %s (was %s)",
                  fingerprint(public), fingerprint(local.wg_public_key))
         return replace(local, wg_public_key=public)
@@ -138,38 +146,70 @@ class WireGuardMesh:
             old = self._peers.get(remote.node_id)
             if old and old != remote.wg_public_key:
                 self.device.remove_peer(old)
-            self.device.set_peer(remote.wg_public_key, remote.node_ip, remote.wg_port,
-                                 allowed_ips(remote))
-            self._peers[remote.node_id] = remote.wg_public_key
-            self._waiting[remote.node_id] = (remote, time.monotonic())
+            self._set(local, remote)
         except BaseException:
             self._index = None
             raise
 
-    def _initiate_again(self, local: NodeInfo) -> None:
-        """Two nodes that set each other as peers at the same moment both start a handshake;
-        crossing, each answers the other's and drops the answer to its own, and WireGuard tries
-        again only after 5 s. So a peer without a handshake 1 s after it was set is set again
-        (a fresh peer starts a new handshake at once), by the node of the lower ID only, so
-        that the two never cross again; after 30 s WireGuard's own retries are left to it."""
-        _, status = self.last_status
-        shaken = {p.public_key for p in status.peers if p.latest_handshake} if status else set()
-        now = time.monotonic()
-        for node_id, (remote, since) in list(self._waiting.items()):
-            if remote.wg_public_key in shaken or now - since > 30:
-                del self._waiting[node_id]
-            elif now - since > 1.0 and local.node_id < node_id:
-                log.info("no WireGuard handshake with node %s %.1f s after it was set: "
-                         "starting one again", remote.name, now - since)
-                self.device.remove_peer(remote.wg_public_key)
-                self.device.set_peer(remote.wg_public_key, remote.node_ip, remote.wg_port,
-                                     allowed_ips(remote))
-                self._waiting[node_id] = (remote, now)
+    def _set(self, local: NodeInfo, remote: NodeInfo) -> None:
+        """The peer of `remote` set; the node of the lower ID starts the handshake and, when
+        none follows within 0.2 s (the other side had not set this node's peer yet, or this
+        node's key is new to it), starts it again until one does (`_watch`)."""
+        initiate = local.node_id < remote.node_id
+        self.device.set_peer(remote.wg_public_key, remote.node_ip, remote.wg_port,
+                             allowed_ips(remote), initiate)
+        self._peers[remote.node_id] = remote.wg_public_key
+        self._known[remote.node_id] = remote
+        if initiate:
+            with self._lock:
+                self._waiting[remote.node_id] = (remote, time.time())
+                if self._watcher is None or not self._watcher.is_alive():
+                    self._watcher = threading.Thread(target=self._watch, args=(local,),
+                                                     name="wireguard-handshakes", daemon=True)
+                    self._watcher.start()
+
+    def _watch(self, local: NodeInfo, period: float = 0.1, again: float = 0.2,
+               give_up: float = 60.0) -> None:
+        """While peers wait for their first handshake: the device read every `period`, a
+        peer without one `again` seconds after it was set is set again (a peer set anew starts
+        a handshake at once; WireGuard alone would retry only after 5 s), and after `give_up`
+        seconds WireGuard's own retries are left to it."""
+        while True:
+            time.sleep(period)
+            with self._lock:
+                if not self._waiting:
+                    self._watcher = None
+                    return
+                waiting = dict(self._waiting)
+            try:
+                shaken = {p.public_key: p.latest_handshake for p in self.device.status().peers}
+            except DataplaneFailure as exc:
+                log.warning("WireGuard handshakes: %s", exc)
+                continue
+            now = time.time()
+            for node_id, (remote, since) in waiting.items():
+                done = shaken.get(remote.wg_public_key, 0) >= int(since)
+                replaced = self._peers.get(node_id) != remote.wg_public_key
+                if done or replaced or now - since > give_up:
+                    with self._lock:
+                        if self._waiting.get(node_id, (None, 0.0))[1] == since:
+                            del self._waiting[node_id]
+                elif now - since > again:
+                    log.info("no WireGuard handshake with node %s %.1f s after its peer was "
+                             "set: starting one again", remote.name, now - since)
+                    try:
+                        self.device.remove_peer(remote.wg_public_key)
+                        self._set(local, remote)
+                    except DataplaneFailure as exc:
+                        log.warning("WireGuard peer of node %s: %s", remote.name, exc)
 
     def unprogram(self, local: NodeInfo, remote: NodeInfo,
                   keep: Collection[NodeInfo] = ()) -> list[str]:
         removed: list[str] = []
-        self._waiting.pop(remote.node_id, None)
+        with self._lock:  # not the wait of the entry that replaced this one (a new key)
+            waiting = self._waiting.get(remote.node_id)
+            if waiting is not None and waiting[0].wg_public_key == remote.wg_public_key:
+                del self._waiting[remote.node_id]
         keys = {n.wg_public_key for n in keep}
         gone = remote.wg_public_key and remote.wg_public_key not in keys
         if gone and self._has_device():

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 IMPLEMENTATIONS = ("auto", "kernel", "wireguard-go")
 SOCKET_DIR = "/var/run/wireguard"  # wireguard-go's and wg's, compiled into both
-KEEPALIVE = 25  # seconds; set on every peer (see Device.set_peer)
+KEEPALIVE = 25  # seconds; on the peers a node starts handshakes with (see Device.set_peer)
 WG_TIMEOUT = 10.0
 
 
@@ -230,13 +230,17 @@ class Device:
             raise DataplaneFailure(f"wireguard-go made no link {self.ifname}")
         return made
 
-    def set_peer(self, public: str, ip: str, port: int, allowed: list[str]) -> None:
-        """Adds or updates a peer: its endpoint, exactly `allowed` as its allowed IPs, and a
-        persistent keepalive, whose first one (sent as the peer is added) starts the handshake
-        at once: a peer that changed its key is a new peer, and without that first packet a
-        node sending nothing to it would wait for the other side's retry (5 s and more)."""
+    def set_peer(self, public: str, ip: str, port: int, allowed: list[str],
+                 initiate: bool) -> None:
+        """Adds or updates a peer: its endpoint and exactly `allowed` as its allowed IPs. With
+        `initiate`, a persistent keepalive too, whose first one (sent as the peer is added)
+        starts a handshake at once; without, this side starts one only when it has a packet
+        for the peer. Two sides that both start one at the same moment cross: wireguard-go then
+        answers each with a session that may not carry traffic for seconds, so only one side
+        of each pair initiates (agent/dataplane/wireguard_mesh.py)."""
+        keepalive = str(KEEPALIVE) if initiate else "off"
         _wg("set", self.ifname, "peer", public, "endpoint", endpoint(ip, port),
-            "persistent-keepalive", str(KEEPALIVE), "allowed-ips", ",".join(allowed))
+            "persistent-keepalive", keepalive, "allowed-ips", ",".join(allowed))
 
     def remove_peer(self, public: str) -> None:
         _wg("set", self.ifname, "peer", public, "remove")

@@ -92,7 +92,7 @@ def _exercise(pool: NodeExecutor, device: Device, peer_key: str) -> None:
     status = pool.submit(device.status).result()
     assert (status.listen_port, status.public_key) == (51999, device.key.public())
     pool.submit(device.set_peer, peer_key, "10.99.0.2", 51820,
-                ["10.1.2.0/24", "fd00:10:0:2::/64"]).result()
+                ["10.1.2.0/24", "fd00:10:0:2::/64"], True).result()
     peers = pool.submit(device.status).result().peers
     assert [(p.public_key, p.endpoint, set(p.allowed_ips)) for p in peers] == [
         (peer_key, "10.99.0.2:51820", {"10.1.2.0/24", "fd00:10:0:2::/64"})]
