@@ -112,11 +112,17 @@ class ClusterSide:
 
     def snapshot(self) -> dict[str, Any]:
         snap = self.controller.snapshot()
-        wireguard = wireguard_of(self.controller.dataplane)
-        if wireguard is not None:
-            seen = self.controller.nodes.items().values()
-            snap["wireguard"] = wireguard.view(self.controller.local, seen)
+        view = self.wireguard_view()
+        if view is not None:
+            snap["wireguard"] = view
         return snap
+
+    def wireguard_view(self) -> dict[str, Any] | None:
+        """The WireGuard device as last read, peers named by node; None: no encryption."""
+        wireguard = wireguard_of(self.controller.dataplane)
+        if wireguard is None:
+            return None
+        return wireguard.view(self.controller.local, self.controller.nodes.items().values())
 
     def removed(self) -> bool:
         """True once an operator removed this node from the cluster while its agent ran."""

@@ -61,11 +61,9 @@ def register_gauges(agent: RunningAgent, pools: NodeAllocator, journal: DeleteJo
 
 def _peer_reader(agent: RunningAgent, field: str) -> Callable[[], list[tuple[tuple[str], float]]]:
     def read() -> list[tuple[tuple[str], float]]:
-        if agent.cluster is None:
-            return []
-        view = agent.cluster.snapshot().get("wireguard", {})
+        view = agent.cluster.wireguard_view() if agent.cluster is not None else None
         return [((p["node"] or p["fingerprint"],), float(p[field]))
-                for p in view.get("peers", [])]
+                for p in (view or {}).get("peers", [])]
 
     return read
 

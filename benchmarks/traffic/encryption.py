@@ -24,19 +24,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from benchmarks.core import machine
-from benchmarks.core.harness import REPO
 from benchmarks.core.sections import markers
-from benchmarks.traffic.mesh import log, report
+from benchmarks.traffic.mesh import add_report_options, check_report_options, log, report
 from benchmarks.traffic.mesh_report import Counts, SetupResult, cell, compare
-from benchmarks.traffic.vpp_core import ACROSS_ROWS, PER_CPU, Setup, run_setup
+from benchmarks.traffic.vpp_core import (
+    ACROSS_ROWS,
+    PER_CPU,
+    Setup,
+    command_line,
+    run_setup,
+    setup_lines,
+)
 from testbed.cluster import Node
 
 BEGIN, END = markers("encryption")
-DEFAULT_OUT = REPO / "BENCHMARKS.md"
 BASELINE = "clear"
 IMPLEMENTATION = "WireGuard"
 SETUPS = (
@@ -83,21 +87,9 @@ def table(results: list[SetupResult]) -> list[str]:
 
 def render(header: dict[str, Any], results: list[SetupResult]) -> str:
     counts: Counts = header["counts"]
-    m = header["machine"]
-    setups = []
-    for r in results:
-        keys = ", ".join(f"{k}: {v}" for k, v in r.config.items())
-        what = {"ok": f"measured in {r.seconds:.0f} s, load {r.load_start} -> {r.load_end}",
-                "failed": f"**failed**: {r.note}", "skipped": f"skipped: {r.note}"}[r.status]
-        setups.append(f"- `{r.name}` ({keys}): {what}")
-        setups += [f"  - {k}: **failed**: {e}" for k, e in r.errors.items()]
     return "\n".join([
         BEGIN, "## Encryption between nodes: WireGuard against clear (issue #41)", "",
-        f"Command: `{header['command']}` (as root, from the checkout). Started "
-        f"{header['started']}; load average {header['load_start']} at the start, "
-        f"{header['load_end']} at the end. Machine: {m['CPU']}, "
-        f"{m['cores (os.cpu_count)']} cores, kernel {m['kernel']}. Code measured: "
-        f"{header['commit']}.", "",
+        command_line(header), "",
         "Two nodes of the one-machine cluster, the kernel dataplane, pod a on the first node "
         "and pod b on the second; nothing pinned. ClusterIP: kube-proxy's DNAT on a's node "
         "(testbed/service.py) to b. `wireguard`: every packet between the nodes through "
@@ -107,7 +99,7 @@ def render(header: dict[str, Any], results: list[SetupResult]) -> str:
         f"RTT the average of {counts.pings} pings 10 ms apart; each row {counts.runs} time(s), "
         "interleaved; cells: median (min-max); ratios over `clear` (UDP loss: the difference "
         "in points).", "",
-        *setups, "",
+        *setup_lines(results), "",
         *table(results), "",
         f"{PER_CPU}: that run's Gbit/s over the sum of every CPU's busy share during it (each "
         "setup lists the shares). wireguard-go 0.0.20220316 (Debian 12) moves every packet "
@@ -124,15 +116,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="1 run of 1 s per row (a smoke run)")
     parser.add_argument("--setup", action="append", choices=[s.name for s in SETUPS],
                         help="measure only this setup (repeatable; default: both)")
-    parser.add_argument("--out", type=Path,
-                        help="markdown file whose section is replaced (default: BENCHMARKS.md; "
-                        "quick mode: none)")
-    parser.add_argument("--json", type=Path, help="also write every value here")
+    add_report_options(parser)
     args = parser.parse_args(argv)
-    if args.out is None and not args.quick:
-        args.out = DEFAULT_OUT
-    if args.quick and args.out is not None and args.out.resolve() == DEFAULT_OUT.resolve():
-        parser.error("quick-mode numbers must not replace BENCHMARKS.md; pick another --out")
+    check_report_options(parser, args)
     if os.geteuid() != 0:
         parser.error("needs root: it creates network namespaces and starts agents")
     args.setup = [s for s in SETUPS if args.setup is None or s.name in args.setup]

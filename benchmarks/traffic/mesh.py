@@ -232,6 +232,23 @@ def setup_cluster(result: SetupResult, config: dict[str, Any], prefix: str
 
 # --- the command ---------------------------------------------------------------------------
 
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    """--out and --json, as every traffic benchmark with a section takes them."""
+    parser.add_argument("--out", type=Path,
+                        help="markdown file whose section is replaced (default: BENCHMARKS.md; "
+                        "quick mode: none)")
+    parser.add_argument("--json", type=Path, help="also write every value here")
+
+
+def check_report_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A full run writes BENCHMARKS.md by default; a quick run writes only where --out says,
+    never there."""
+    if args.out is None and not args.quick:
+        args.out = DEFAULT_OUT
+    if args.quick and args.out is not None and args.out.resolve() == DEFAULT_OUT.resolve():
+        parser.error("quick-mode numbers must not replace BENCHMARKS.md; pick another --out")
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     names = [name for name, _ in SETUPS]
     parser = argparse.ArgumentParser(prog="python -m benchmarks run mesh-traffic",
@@ -240,16 +257,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--setup", action="append", choices=names,
                         help="measure only this setup (repeatable; default: "
                         f"{', '.join(DEFAULT_SETUPS)})")
-    parser.add_argument("--out", type=Path,
-                        help="markdown file whose section is replaced (default: BENCHMARKS.md; "
-                        "quick mode: none)")
-    parser.add_argument("--json", type=Path, help="also write every value here")
+    add_report_options(parser)
     parser.add_argument("--note", default="", help="a sentence for the section (the load's cause)")
     args = parser.parse_args(argv)
-    if args.out is None and not args.quick:
-        args.out = DEFAULT_OUT
-    if args.quick and args.out is not None and args.out.resolve() == DEFAULT_OUT.resolve():
-        parser.error("quick-mode numbers must not replace BENCHMARKS.md; pick another --out")
+    check_report_options(parser, args)
     if os.geteuid() != 0:
         parser.error("needs root: it creates network namespaces and starts agents")
     args.setup = [n for n in names if n in (args.setup or DEFAULT_SETUPS)]

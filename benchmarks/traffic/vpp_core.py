@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.core import machine, plots
-from benchmarks.core.harness import REPO
 from benchmarks.core.netperf import IPERF_PORT
 from benchmarks.core.sections import markers
 from benchmarks.traffic.mesh import (
     SERVICE_IP,
+    add_report_options,
+    check_report_options,
     lacks_vpp,
     log,
     measure,
@@ -62,7 +63,6 @@ from testbed.vpp import VppProbe
 from testbed.vpp_nodes import VppNodes
 
 BEGIN, END = markers("vpp-core")
-DEFAULT_OUT = REPO / "BENCHMARKS.md"
 BASELINE = "kernel"
 ONE_NODE_ROWS = tuple(r for r in ROWS if "across" not in r.key)
 ACROSS_ROWS = tuple(r for r in ROWS if "across" in r.key)
@@ -233,23 +233,33 @@ def table(results: list[SetupResult]) -> list[str]:
     return lines
 
 
-def render(header: dict[str, Any], results: list[SetupResult]) -> str:
-    counts: Counts = header["counts"]
+def command_line(header: dict[str, Any]) -> str:
+    """The section's first line: the command, when, the load, the machine, the commit."""
     m = header["machine"]
-    setups = []
+    return (f"Command: `{header['command']}` (as root, from the checkout). Started "
+            f"{header['started']}; load average {header['load_start']} at the start, "
+            f"{header['load_end']} at the end. Machine: {m['CPU']}, "
+            f"{m['cores (os.cpu_count)']} cores, kernel {m['kernel']}. Code measured: "
+            f"{header['commit']}.")
+
+
+def setup_lines(results: list[SetupResult]) -> list[str]:
+    """One line per setup: its keys and what became of it, then its failed rows."""
+    lines = []
     for r in results:
         keys = ", ".join(f"{k}: {v}" for k, v in r.config.items())
         what = {"ok": f"measured in {r.seconds:.0f} s, load {r.load_start} -> {r.load_end}",
                 "failed": f"**failed**: {r.note}", "skipped": f"skipped: {r.note}"}[r.status]
-        setups.append(f"- `{r.name}` ({keys}): {what}")
-        setups += [f"  - {k}: **failed**: {e}" for k, e in r.errors.items()]
+        lines.append(f"- `{r.name}` ({keys}): {what}")
+        lines += [f"  - {k}: **failed**: {e}" for k, e in r.errors.items()]
+    return lines
+
+
+def render(header: dict[str, Any], results: list[SetupResult]) -> str:
+    counts: Counts = header["counts"]
     out = [
         BEGIN, "## Pod traffic when VPP has a CPU of its own (issue #25)", "",
-        f"Command: `{header['command']}` (as root, from the checkout). Started "
-        f"{header['started']}; load average {header['load_start']} at the start, "
-        f"{header['load_end']} at the end. Machine: {m['CPU']}, "
-        f"{m['cores (os.cpu_count)']} cores, kernel {m['kernel']}. Code measured: "
-        f"{header['commit']}.", "",
+        command_line(header), "",
         "The one-machine cluster (node IPs set, the node mesh on), pods through the real "
         "`vswitch-cni`: a -> b on one node; with the `-2-nodes` setups a on the first node and "
         "b on the second. ClusterIP: kube-proxy's DNAT on a's node (testbed/service.py) to b. "
@@ -261,7 +271,7 @@ def render(header: dict[str, Any], results: list[SetupResult]) -> str:
         f"iperf3 one TCP stream {counts.seconds} s, UDP 1400-byte datagrams at 1 Gbit/s "
         f"{counts.seconds} s, RTT the average of {counts.pings} pings 10 ms apart; each row "
         f"{counts.runs} time(s), interleaved; cells: median (min-max).", "",
-        *setups, "",
+        *setup_lines(results), "",
         *table(results), "",
         f"{PER_CPU}: that run's Gbit/s over the sum of every CPU's busy share during it (1 = "
         "one CPU busy all the time; other work on the machine counts too).", "",
@@ -302,15 +312,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pods-cpu", type=int, default=0, help="the pods' CPU (default 0)")
     parser.add_argument("--vpp-cpu", type=int, default=1,
                         help="VPP's CPU in the own-core setups (default 1)")
-    parser.add_argument("--out", type=Path,
-                        help="markdown file whose section is replaced (default: BENCHMARKS.md; "
-                        "quick mode: none)")
-    parser.add_argument("--json", type=Path, help="also write every value here")
+    add_report_options(parser)
     args = parser.parse_args(argv)
-    if args.out is None and not args.quick:
-        args.out = DEFAULT_OUT
-    if args.quick and args.out is not None and args.out.resolve() == DEFAULT_OUT.resolve():
-        parser.error("quick-mode numbers must not replace BENCHMARKS.md; pick another --out")
+    check_report_options(parser, args)
     usable = os.sched_getaffinity(0)
     for flag, cpu in (("--pods-cpu", args.pods_cpu), ("--vpp-cpu", args.vpp_cpu)):
         if cpu not in usable:
