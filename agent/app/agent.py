@@ -32,6 +32,7 @@ from agent.app.kube_side import KubeSide, api_node_ip
 from agent.app.rest_view import AgentView
 from agent.app.wiring import make_dataplane, nat_plan
 from agent.dataplane import Dataplane
+from agent.dataplane.vpp.heap import HeapWatch
 from agent.infra.backoff import retry_unavailable
 from agent.infra.health import Probe
 from agent.infra.loops import SupervisedLoop
@@ -79,6 +80,7 @@ class Agent:
         self.etcd_probe = Probe("etcd", self.store.ping)
         self.store.etcd.observer = self.etcd_probe
         self.dataplane_probe: Probe | None = None
+        self.vpp_heap: HeapWatch | None = None  # Dataplane vpp: its main heap, watched
         self.node_id = 0
         self.networks: NodeNetworks | None = None
         self.pods: PodManager | None = None
@@ -134,6 +136,9 @@ class Agent:
         self._start_dataplane(self.dataplane)
         self.dataplane_probe = Probe("dataplane", self.dataplane.ready)
         self.dataplane_probe.start()
+        if cfg.dataplane == "vpp":  # a warning before VPP's heap fills, and its gauges
+            self.vpp_heap = HeapWatch.beside(cfg.vpp_api_socket)
+            self.vpp_heap.start()
         try:
             hostnat.apply(nat_plan(cfg))
         except hostnat.NftError as exc:
@@ -287,6 +292,8 @@ class Agent:
         self.etcd_probe.stop()
         if self.dataplane_probe is not None:
             self.dataplane_probe.stop()
+        if self.vpp_heap is not None:
+            self.vpp_heap.stop()
         if self.cluster is not None:
             self.cluster.stop()
         if self.kube is not None:  # the policy rules stay in place: pods stay isolated

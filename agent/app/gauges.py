@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agent.app.running import RunningAgent
+from agent.dataplane.vpp.heap import READ_EVERY, HeapWatch
 from agent.infra.health import PROBE_INTERVAL
+from agent.infra.metrics import Metrics
 from agent.lifecycle.reconcile import ReconcileReport
 from agent.state.journal import DeleteJournal
 from ipam import NodeAllocator
@@ -32,6 +34,8 @@ def register_gauges(agent: RunningAgent, pools: NodeAllocator, journal: DeleteJo
         m.counted("vswitch_cni_vpp_pod_pool_takes", "VPP ADDs by what the pod pool gave them: "
                   "a ready spare, the one being made, none (the ADD made its own pair).",
                   ("outcome",), lambda: [((k,), float(n)) for k, n in pod_pool()[1].items()])
+    if agent.vpp_heap is not None:
+        heap_gauges(m, agent.vpp_heap)
     for key, name, text in (("capacity", "capacity", "Assignable pod addresses"),
                             ("inUse", "in_use", "Pod addresses in use"),
                             ("free", "free", "Pod addresses free")):
@@ -57,6 +61,23 @@ def register_gauges(agent: RunningAgent, pools: NodeAllocator, journal: DeleteJo
         ):
             m.labelled(f"vswitch_cni_wireguard_peer_{name}", f"{text}; read every 2 s.",
                        ("node",), _peer_reader(agent, field))
+
+
+def heap_gauges(m: Metrics, heap: HeapWatch) -> None:
+    """VPP's main heap as the watch last read it: no sample before the first read, nor while
+    the stats segment does not answer (a number of a VPP that is gone would mislead)."""
+    def reader(index: int) -> Callable[[], list[tuple[tuple[()], float]]]:
+        def read() -> list[tuple[tuple[()], float]]:
+            last = heap.last()
+            return [] if last is None else [((), float(last[index]))]
+
+        return read
+
+    every = f"read from VPP's stats segment every {READ_EVERY:g} s"
+    m.labelled("vswitch_cni_vpp_main_heap_used_bytes", f"Bytes of VPP's main heap in use; {every}.",
+               (), reader(0))
+    m.labelled("vswitch_cni_vpp_main_heap_size_bytes", "Size of VPP's main heap in bytes "
+               f"(memory {{ main-heap-size }}); {every}.", (), reader(1))
 
 
 def _peer_reader(agent: RunningAgent, field: str) -> Callable[[], list[tuple[tuple[str], float]]]:

@@ -4,13 +4,12 @@ attachments, its counters summed the way the nftables renderer's are."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent.dataplane.vpp.acl import PodAcl, VppPolicy
 from agent.dataplane.vpp.acl_render import DEFAULT_DENY, POLICY
-from agent.dataplane.vpp.stats import StatsSegment
+from agent.dataplane.vpp.stats import StatsSegment, stats_socket
 from agent.netpol.perpod import PerPod, merged_addresses
 from agent.netpol.types import Counts, Enforced
 from policy.model import IPAddress, IPNetwork
@@ -25,7 +24,7 @@ def vpp_renderer(dataplane: Any, api_socket: str, service_cidrs: list[IPNetwork]
     `services_in_vpp`: ServiceTranslation vpp (a pod's hairpin stays in VPP).
     `cluster_nodes`: every node's IP (the Kubernetes Nodes' InternalIPs): a Service connection
     from another node's pod arrives masqueraded to that node's IP, judged there already."""
-    stats = StatsSegment(os.path.join(os.path.dirname(api_socket), "stats.sock"))
+    stats = StatsSegment(stats_socket(api_socket))
     acls = VppPolicy(dataplane.api, service_cidrs, exempt, stats=stats,
                      self_egress=services_in_vpp)
 

@@ -15,6 +15,7 @@ from agent.app.cluster_side import ClusterSide
 from agent.app.config import AgentConfig
 from agent.app.kube_side import KubeSide
 from agent.dataplane import Dataplane
+from agent.dataplane.vpp.heap import HeapWatch
 from agent.infra.health import Probe
 from agent.infra.metrics import Metrics
 from agent.lifecycle.pods import PodManager
@@ -42,6 +43,8 @@ class RunningAgent(Protocol):
     def networks(self) -> NodeNetworks | None: ...
     @property
     def dataplane(self) -> Dataplane | None: ...
+    @property
+    def vpp_heap(self) -> HeapWatch | None: ...  # Dataplane vpp: VPP's main heap, last read
     @property
     def etcd_probe(self) -> Probe: ...
     @property

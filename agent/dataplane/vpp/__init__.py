@@ -10,6 +10,8 @@
     driver.py         VppDataplane
     mesh.py           the node mesh inside VPP (BVI, bridge domain, VXLAN tunnels)
     node_mesh.py      the node mesh with Dataplane: vpp: mesh.py plus the node's Linux routes
+    stats.py          VPP's stats segment (ACL counters, the main heap)
+    heap.py           VPP's main heap watched: a warning before it fills, the last reading
 """
 
 from agent.dataplane.vpp.config import VppConfig
