@@ -32,6 +32,7 @@ from agent.dataplane.vpp import VppConfig, VppDataplane, afpacket, interfaces, i
 from agent.linux import netlink
 from agent.model.errors import TryAgainLater
 from agent.model.pod import PodNetwork, Wiring
+from testbed.cluster import wait_for
 from testbed.netns import named_netns, unique
 from testbed.pods import vpp_pod
 from testbed.vpplog import LOG_ENV, VppLogTail, attribute
@@ -42,6 +43,7 @@ LOG = os.environ.get(LOG_ENV, "")
 RESTART = os.environ.get("VSWITCH_TEST_VPP_RESTART", "")
 POD_VRF, MAIN_VRF = 2727, 2726
 SUBNET = ipaddress.ip_network("10.253.27.0/24")
+LINKS_GONE_WITHIN = 30.0  # seconds; a bound for a background worker, not a speed assertion
 pytestmark = [
     pytest.mark.vpp,
     pytest.mark.skipif(not SOCKET, reason="VSWITCH_TEST_VPP_SOCKET is not set (no real VPP)"),
@@ -96,6 +98,12 @@ def reconnected(dp: VppDataplane) -> bool:
 
 
 def assert_gone(dp: VppDataplane, pods: list[Attached]) -> None:
+    # A DEL deletes VPP's interface and hands the veth, down and unrouted, to the driver's
+    # reaper, which deletes it in the background (veth_afpacket.py: a veth delete waits for
+    # the kernel's grace periods). Checking the link right after `detach` raced that worker
+    # (issue #40: `vswp2` still there on a loaded machine); its end is waited for, bounded.
+    wait_for(lambda: dp.pending_link_deletes() == 0, LINKS_GONE_WITHIN,
+             "the DELs' veths deleted by the driver's reaper")
     tags = {i.tag for i in interfaces.dump(dp.api)}
     routes = {str(r) for r in ip.routes(dp.api, POD_VRF, False)}
     neigh = {addr for _, addr in neighbors.dump(dp.api)}
