@@ -47,6 +47,14 @@ def placed(conf: str, rundir: Path, prefix: str) -> str:
     return out
 
 
+def with_worker(conf: str) -> str:
+    """`conf` with one VPP worker thread on CPU 1 beside the main thread on CPU 0."""
+    out, n = re.subn(r"main-core 0", "main-core 0\n  corelist-workers 1", conf, count=1)
+    if n != 1:
+        raise ValueError("the shipped vpp.conf has no cpu { main-core 0 }")
+    return out
+
+
 def hugepages_needed(conf: str) -> int:
     """2 MiB pages the config maps on hugepages: its heap, buffers and stats segment, rounded
     up generously (VPP adds its own overhead per buffer); 0 when it uses none."""

@@ -17,6 +17,10 @@ Then the heap (`/mem/main heap` in VPP's stats segment) keeps at least 25 % free
 running and its log has no out-of-memory line. The figures are printed (`-s`): docs/vpp.md's
 sizing table comes from them.
 
+A third case runs the `vpp` overlay's config with one VPP worker thread (`corelist-workers 1`):
+the same configuration and traffic through a worker, and the acl plugin's session pool once per
+thread.
+
 The hugepages overlay needs 2 MiB pages free (`HugePages_Free` in /proc/meminfo); without them
 its case skips, naming how many.
 """
@@ -44,6 +48,7 @@ from tests.helpers.shipped_vpp import (
     hugepages_free,
     hugepages_needed,
     shipped_config,
+    with_worker,
 )
 from tests.kube.conftest import USER, apiserver, kube_etcd, needs_apiserver  # noqa: F401
 from tests.nftpolicy.probes import Probe, reach, servers
@@ -117,9 +122,12 @@ class Node:
         assert result.returncode == 0, result.stderr
 
 
-@pytest.fixture(params=["vpp", "vpp-hugepages"])
+@pytest.fixture(params=["vpp", "vpp-hugepages", "vpp+worker"])
 def vpp(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ShippedVpp]:
-    conf = shipped_config(request.param)
+    overlay, _, worker = request.param.partition("+")
+    conf = shipped_config(overlay)
+    if worker:  # the overlay's config with one VPP worker thread (docs/vpp.md, "Workers")
+        conf = with_worker(conf)
     need = hugepages_needed(conf)
     if need > hugepages_free():
         pytest.skip(f"k8s/overlays/{request.param} maps VPP on 2 MiB pages: {need} must be "
