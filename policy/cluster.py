@@ -21,6 +21,7 @@ import bisect
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from policy import addresses
 from policy.addresses import AddressSet
@@ -38,7 +39,41 @@ from policy.model import (
 from policy.rules import PeerSet
 
 _LabelKey = frozenset[tuple[str, str]]
+# a pod change: its key, the pod before and after (None: absent, or host-network, then)
+Touched = tuple[PodKey, Pod | None, Pod | None]
 _Group = tuple[Mapping[str, str], dict[PodKey, Pod]]
+
+
+@dataclass
+class Reads:
+    """What a compile's reads of the index depended on: per namespace the selectors matched
+    against its pods, the pods read by key, or every pod (`every_pod`: a walk of the cluster's
+    addresses or of a node's pods). A compile none of whose reads sees a change gives the same
+    result again (agent/netpol/index.py keeps it)."""
+
+    selectors: dict[str, set[LabelSelector]] = field(default_factory=dict)
+    keys: set[PodKey] = field(default_factory=set)
+    every_pod: bool = False
+
+    def see(self, changes: Iterable[Touched]) -> bool:
+        """Whether any of `changes` (Cluster.update's) changes what was read: a pod read by
+        key; a pod that a selector of its namespace matched before the change and not after,
+        or after and not before; one it matched both times with other addresses (what a
+        selector's pods give the compiler is their addresses; their named ports only through
+        a walk of every pod)."""
+        if self.every_pod:
+            return True
+        for key, before, after in changes:
+            if key in self.keys:
+                return True
+            for selector in self.selectors.get(key.namespace, ()):
+                was = before is not None and selector.matches(before.labels)
+                now = after is not None and selector.matches(after.labels)
+                if was != now:
+                    return True
+                if was and before is not None and after is not None and before.ips != after.ips:
+                    return True
+        return False
 
 
 class Cluster:
@@ -63,6 +98,7 @@ class Cluster:
         # what compiling a policy warns about, by (id, sctp), with the policy object (the
         # compiler's memo: policies outlive pod events)
         self.notes: dict[tuple[int, bool], tuple[NetworkPolicy, frozenset[str]]] = {}
+        self.reads = Reads()  # what the reads since `reading()` depended on
         seen: set[PodKey] = set()
         for pod in pods:
             if pod.key in seen:
@@ -73,24 +109,37 @@ class Cluster:
 
     # --- changes --------------------------------------------------------------------------
 
-    def update(self, changed: Iterable[Pod], removed: Iterable[PodKey]) -> None:
-        """Pods added or changed (a pod of a key already indexed replaces it) and removed."""
+    def reading(self) -> Reads:
+        """Starts recording what the reads depend on, in the `Reads` returned."""
+        self.reads = Reads()
+        return self.reads
+
+    def update(self, changed: Iterable[Pod], removed: Iterable[PodKey]) -> list[Touched] | None:
+        """Pods added or changed (a pod of a key already indexed replaces it) and removed.
+        Returns each change as (key, pod before, pod after; None: absent), or None when the
+        set of namespaces changed (a namespace selector may match others: every read may
+        differ). Host-network pods, which the index leaves out, count as absent."""
         namespaces_before = set(self.ns_labels)
         touched: set[str] = set()
+        changes: list[Touched] = []
         for key in removed:
             if key in self._pods:
                 touched.add(key.namespace)
+                changes.append((key, self._pods[key], None))
                 self._remove(key)
         for pod in changed:
             touched.add(pod.namespace)
-            if pod.key in self._pods:
+            before = self._pods.get(pod.key)
+            if before is not None:
                 self._remove(pod.key)
             self._add(pod, index=True)
+            changes.append((pod.key, before, None if pod.host_network else pod))
         for ns in list(self.ns_labels):  # a namespace known only from its pods, now empty
             if ns not in self._declared and not self._groups.get(ns):
                 del self.ns_labels[ns]
                 self._groups.pop(ns, None)
-        if set(self.ns_labels) != namespaces_before:
+        spaces_changed = set(self.ns_labels) != namespaces_before
+        if spaces_changed:
             self._namespaces.clear()  # a namespace selector may match another set now
             self._sets = {k: s for k, s in self._sets.items() if k not in self._chosen}
         for ns in touched:
@@ -98,6 +147,7 @@ class Cluster:
             self._addresses.pop(ns, None)
             for name in self._sets_in.pop(ns, ()):
                 self._sets.pop(name, None)
+        return None if spaces_changed else changes
 
     def _add(self, pod: Pod, index: bool) -> None:
         if pod.host_network:
@@ -136,15 +186,18 @@ class Cluster:
 
     def on_node(self, node: str | None) -> list[Pod]:
         """The pods of `node` (None: every pod), by key."""
+        self.reads.every_pod = True
         if node is None:
             return self.pods
         return [self._pods[k] for k in sorted(self._by_node.get(node, ()))]
 
     def get(self, key: PodKey) -> Pod | None:
+        self.reads.keys.add(key)
         return self._pods.get(key)
 
     def pods_within(self, within: AddressSet) -> Iterator[tuple[Pod, IPAddress]]:
         """Every (pod, address) with the address in `within`, by address."""
+        self.reads.every_pod = True
         for first, last in within:
             i = bisect.bisect_left(self._points, (first,))
             while i < len(self._points) and self._points[i][0] <= last:
@@ -154,6 +207,7 @@ class Cluster:
 
     def select(self, namespace: str, selector: LabelSelector) -> list[Pod]:
         """The pods of `namespace` that `selector` matches."""
+        self.reads.selectors.setdefault(namespace, set()).add(selector)
         memo = self._selected.setdefault(namespace, {})
         found = memo.get(selector)
         if found is None:
@@ -170,6 +224,7 @@ class Cluster:
         return found
 
     def _addresses_of(self, namespace: str, selector: LabelSelector) -> AddressSet:
+        self.reads.selectors.setdefault(namespace, set()).add(selector)
         memo = self._addresses.setdefault(namespace, {})
         found = memo.get(selector)
         if found is None:
@@ -199,12 +254,13 @@ class Cluster:
         scope = f"ns={policy_namespace}" if peer.namespace_selector is None \
             else f"nssel={selector_text(peer.namespace_selector)}"
         name = hashlib.sha256(f"{scope};pods={selector_text(pods)}".encode()).hexdigest()[:16]
+        spaces = [policy_namespace] if peer.namespace_selector is None \
+            else self.namespaces(peer.namespace_selector)
+        for ns in spaces:
+            self.reads.selectors.setdefault(ns, set()).add(pods)
         found = self._sets.get(name)
         if found is None:
-            if peer.namespace_selector is None:
-                spaces = [policy_namespace]
-            else:
-                spaces = self.namespaces(peer.namespace_selector)
+            if peer.namespace_selector is not None:
                 self._chosen.add(name)
             members = sorted((ip for ns in spaces for pod in self.select(ns, pods)
                               for ip in pod.ips), key=addresses.point)

@@ -10,20 +10,48 @@ first compile and after the reflector listed again, and rebuilds the index; so d
 any Namespace (its labels, one more or less): rare, and it changes what namespace selectors
 match. The result is what a fresh compile gives (tests/policy's property test of
 `Cluster.update`, tests/netpol/test_index.py against a fresh compile).
+
+A compile's result is kept too, with what it read of the index (`policy.cluster.Reads`: per
+namespace the selectors it matched there, the pods it read by key). The next compile of the
+same pods under the same policies returns it as it is, the same object, while no pod changed
+since matches one of those selectors, before or after its change: most of a cluster's pod
+events touch none of the node's pods' peers, and then cost the node a journal read instead of a
+compile and a comparison of every rule (issue #39).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 
 from agent.infra.listwatch import Changes
 from policy import Compiled, Namespace, NetworkPolicy, Pod, PodKey
-from policy.cluster import Cluster
+from policy.cluster import Cluster, Reads, Touched
 from policy.compiler import compile_cluster
 from policy.model import IPAddress
 
 PodChanges = Callable[[tuple[int, int] | None], Changes[PodKey, Pod]]
+KEPT_RESULTS = 4  # compiles kept, by the pods they were for (the loop's, an ADD's)
+
+
+@dataclass
+class _Kept:
+    """A compile's result and what it was made from."""
+
+    compiled: Compiled
+    local: dict[PodKey, Pod]  # the node's pods laid over the cache (compared by identity)
+    policies: list[NetworkPolicy]  # (by identity: the cache keeps an unchanged one's object)
+    node_addresses: dict[str, tuple[IPAddress, ...]]
+    reads: Reads  # what it read of the index
+
+    def holds(self, local: Mapping[PodKey, Pod], policies: list[NetworkPolicy],
+              node_addresses: dict[str, tuple[IPAddress, ...]]) -> bool:
+        return (len(policies) == len(self.policies)
+                and all(a is b for a, b in zip(policies, self.policies, strict=True))
+                and local.keys() == self.local.keys()
+                and all(local[k] is p for k, p in self.local.items())
+                and node_addresses == self.node_addresses)
 
 
 class KeptIndex:
@@ -37,8 +65,10 @@ class KeptIndex:
         self._local: dict[PodKey, Pod] = {}  # this node's pods laid over them last time
         self._pods: dict[PodKey, Pod] = {}  # what the index holds: the cache under the local
         self._namespaces: dict[str, Namespace] = {}
+        self._kept: dict[frozenset[PodKey] | None, _Kept] = {}  # by `only`
         self.rebuilds = 0  # fresh indexes made (the first, relists, Namespace changes)
         self.updates = 0  # compiles that updated the index with changed pods
+        self.reused = 0  # compiles answered with a kept result
 
     def compile(self, changes: PodChanges, local: Mapping[PodKey, Pod],
                 namespaces: Mapping[str, Namespace], policies: Iterable[NetworkPolicy], *,
@@ -48,10 +78,24 @@ class KeptIndex:
         with self._lock:
             try:
                 cluster = self._synced(changes(self._token), local, namespaces)
-                return compile_cluster(cluster, policies, sctp=sctp,
-                                       node_addresses=node_addresses, only=only)
+                key = None if only is None else frozenset(only)
+                policies = list(policies)
+                nodes = {n: tuple(a) for n, a in node_addresses.items()}
+                kept = self._kept.get(key)
+                if kept is not None and kept.holds(local, policies, nodes):
+                    self.reused += 1
+                    self._kept[key] = self._kept.pop(key)  # the newest: evicted last
+                    return kept.compiled
+                reads = cluster.reading()
+                compiled = compile_cluster(cluster, policies, sctp=sctp,
+                                           node_addresses=nodes, only=only)
+                if len(self._kept) >= KEPT_RESULTS:
+                    self._kept.pop(next(iter(self._kept)))
+                self._kept[key] = _Kept(compiled, dict(local), policies, nodes, reads)
+                return compiled
             except Exception:
                 self._cluster, self._token = None, None  # half updated: the next one anew
+                self._kept.clear()
                 raise
 
     def _synced(self, got: Changes[PodKey, Pod], local: Mapping[PodKey, Pod],
@@ -71,6 +115,7 @@ class KeptIndex:
             self._pods = {**self._cache, **local}
             cluster = self._cluster = Cluster(self._pods.values(), namespaces.values())
             self.rebuilds += 1
+            self._kept.clear()
         else:
             changed, removed = [], []
             for key in {*touched, *local, *self._local}:
@@ -84,7 +129,14 @@ class KeptIndex:
                     changed.append(pod)
                     self._pods[key] = pod
             if changed or removed:
-                cluster.update(changed, removed)
+                self._forget(cluster.update(changed, removed))
                 self.updates += 1
         self._local, self._namespaces = dict(local), dict(namespaces)
         return cluster
+
+    def _forget(self, changes: list[Touched] | None) -> None:
+        """Drops the kept results whose reads see one of the pod `changes` (None: the set of
+        namespaces changed, which any namespace selector may see)."""
+        for key, kept in list(self._kept.items()):
+            if changes is None or kept.reads.see(changes):
+                del self._kept[key]
