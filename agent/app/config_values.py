@@ -234,18 +234,21 @@ def wireguard_implementation(key: str, v: object) -> str:
 
 
 def check_encryption(values: dict[str, Any]) -> None:
-    """`Encryption: wireguard` needs the kernel dataplane for now (VPP's own WireGuard is not
-    driven yet: refused rather than sent in clear), and a pod MTU that leaves room for
-    WireGuard: without MTUSize, 1420 (a 1500-byte uplink in either family)."""
+    """`Encryption: wireguard` needs the node's Linux to carry the mesh (with `Dataplane: vpp`,
+    VXLANOwner linux: VPP's own tunnels would bypass it, refused rather than sent in clear),
+    and a pod MTU that leaves room for WireGuard: without MTUSize, 1420 (a 1500-byte uplink
+    in either family)."""
     mode = values.get("encryption", "off")
     if mode == "off":
         return
-    if values.get("dataplane", "kernel") == "vpp":
-        # Tried with VXLANOwner linux (the node's WireGuard in place of its VXLAN device, real
-        # VPPs): ICMP crossed, but TCP SYNs reached the other pod and were never answered.
-        raise ConfigError("Encryption", mode, "is not available with Dataplane: vpp yet (the "
-                          "agent does not drive VPP's wireguard plugin); this node would send "
-                          "pod traffic in clear, so it does not start")
+    in_vpp = (values.get("dataplane", "kernel") == "vpp"
+              and values.get("vxlan_owner", "linux") == "vpp"
+              and not values.get("use_l2_interconnect", False))
+    if in_vpp:
+        raise ConfigError("Encryption", mode, "needs VXLANOwner: linux with Dataplane: vpp (the "
+                          "node's WireGuard then carries VPP's traffic to other nodes; the agent "
+                          "does not drive VPP's wireguard plugin yet, and VPP's own tunnels "
+                          "would send pod traffic in clear), so this node does not start")
     values.setdefault("mtu", WIREGUARD_POD_MTU)
 
 

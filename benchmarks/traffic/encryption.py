@@ -7,13 +7,17 @@ agents, pods through the real plugin), a pod on each node, and vpp_core's rows a
 
 Setups (SETUPS): `clear` (the kernel dataplane's VXLAN mesh) and `wireguard` (`Encryption:
 wireguard`; the kernel's WireGuard where it has the module, else wireguard-go: the section says
-which ran). Nothing is pinned: the pods' sender and receiver, the agents and wireguard-go's
-threads run where the scheduler puts them, as on a node; every CPU's busy share during one more
+which ran); `vpp-clear` and `vpp-wireguard` the same with `Dataplane: vpp` (`VXLANOwner: linux`:
+the node's VXLAN or WireGuard device carries what VPP sends to the other node), each node's VPP
+on CPU 1, real VPPs from VSWITCH_TEST_VPP_START (skipped, saying so, without). The pods'
+sender and receiver, the agents and wireguard-go's threads are not pinned: they run where the
+scheduler puts them, as on a node; every CPU's busy share during one more
 TCP run gives Gbit/s per busy CPU (vpp_core.py). Rows: TCP one stream IPv4 and IPv6, TCP to a
 stand-in ClusterIP whose backend is on the other node, RTT, UDP loss at 1 Gbit/s offered. The
 pod MTU is each setup's default (1450 clear, 1420 encrypted).
 
-VPP's WireGuard is not driven by the agent yet (docs/encryption.md), so there is no VPP setup.
+VPP's own WireGuard (its plugin, `VXLANOwner: vpp`) is not driven by the agent yet
+(docs/encryption.md). Each encrypted setup's ratios are over the clear one of its dataplane.
 Writes its own section of --out between markers (full mode's default is BENCHMARKS.md; quick
 mode writes only where --out says). Traffic goes only to the namespaces it creates; everything
 it starts is removed again, also on failure.
@@ -33,6 +37,7 @@ from benchmarks.traffic.mesh_report import Counts, SetupResult, cell, compare
 from benchmarks.traffic.vpp_core import (
     ACROSS_ROWS,
     PER_CPU,
+    VPP_KEYS,
     Setup,
     command_line,
     run_setup,
@@ -41,11 +46,14 @@ from benchmarks.traffic.vpp_core import (
 from testbed.cluster import Node
 
 BEGIN, END = markers("encryption")
-BASELINE = "clear"
+BASELINE = {"wireguard": "clear", "vpp-wireguard": "vpp-clear"}  # encrypted -> its clear
 IMPLEMENTATION = "WireGuard"
 SETUPS = (
     Setup("clear", {"Dataplane": "kernel"}, pinned=False, nodes=2),
     Setup("wireguard", {"Dataplane": "kernel", "Encryption": "wireguard"}, pinned=False,
+          nodes=2),
+    Setup("vpp-clear", dict(VPP_KEYS), pinned=False, vpp="own", nodes=2),
+    Setup("vpp-wireguard", {**VPP_KEYS, "Encryption": "wireguard"}, pinned=False, vpp="own",
           nodes=2),
 )
 
@@ -60,10 +68,9 @@ def which_wireguard(nodes: list[Node], result: SetupResult) -> None:
 
 def table(results: list[SetupResult]) -> list[str]:
     by_name = {r.name: r for r in results}
-    base = by_name.get(BASELINE)
     head = ["row (across nodes)"]
     for r in results:
-        head += [f"`{r.name}`"] + (["/ clear"] if r.name != BASELINE else [])
+        head += [f"`{r.name}`"] + ([f"/ `{BASELINE[r.name]}`"] if r.name in BASELINE else [])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in ACROSS_ROWS:
         if not any(r.values.get(row.key) or row.key in r.errors for r in results):
@@ -71,14 +78,15 @@ def table(results: list[SetupResult]) -> list[str]:
         cells = [row.label]
         for r in results:
             cells.append(cell(r, row))
-            if r.name != BASELINE:
-                cells.append(compare(r, base, row))
+            if r.name in BASELINE:
+                cells.append(compare(r, by_name.get(BASELINE[r.name]), row))
         lines.append("| " + " | ".join(cells) + " |")
     per_cpu = ["Gbit/s per busy CPU (one more TCP IPv4 run)"]
     for r in results:
         value = r.config.get(PER_CPU)
         per_cpu.append("-" if value is None else f"{value:.2f}")
-        if r.name != BASELINE:
+        if r.name in BASELINE:
+            base = by_name.get(BASELINE[r.name])
             theirs = base.config.get(PER_CPU) if base else None
             per_cpu.append(f"{value / theirs:.2f} x" if value and theirs else "-")
     lines.append("| " + " | ".join(per_cpu) + " |")
@@ -90,15 +98,17 @@ def render(header: dict[str, Any], results: list[SetupResult]) -> str:
     return "\n".join([
         BEGIN, "## Encryption between nodes: WireGuard against clear (issue #41)", "",
         command_line(header), "",
-        "Two nodes of the one-machine cluster, the kernel dataplane, pod a on the first node "
-        "and pod b on the second; nothing pinned. ClusterIP: kube-proxy's DNAT on a's node "
+        "Two nodes of the one-machine cluster, pod a on the first node and pod b on the "
+        "second; the pods unpinned, each node's VPP (the `vpp-` setups: `Dataplane: vpp`, "
+        "`VXLANOwner: linux`) on CPU 1. ClusterIP: kube-proxy's DNAT on a's node "
         "(testbed/service.py) to b. `wireguard`: every packet between the nodes through "
         "WireGuard (the implementation the agent found is named below; this kernel has no "
-        "WireGuard module, so it is wireguard-go in userspace); `clear`: VXLAN. iperf3 one TCP "
+        "WireGuard module, so it is wireguard-go in userspace); `clear`: VXLAN. With VPP the "
+        "node's device carries what VPP hands to Linux. iperf3 one TCP "
         f"stream {counts.seconds} s, UDP 1400-byte datagrams at 1 Gbit/s {counts.seconds} s, "
         f"RTT the average of {counts.pings} pings 10 ms apart; each row {counts.runs} time(s), "
-        "interleaved; cells: median (min-max); ratios over `clear` (UDP loss: the difference "
-        "in points).", "",
+        "interleaved; cells: median (min-max); ratios over the clear setup of the same "
+        "dataplane (UDP loss: the difference in points).", "",
         *setup_lines(results), "",
         *table(results), "",
         f"{PER_CPU}: that run's Gbit/s over the sum of every CPU's busy share during it (each "
@@ -115,7 +125,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                      description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 run of 1 s per row (a smoke run)")
     parser.add_argument("--setup", action="append", choices=[s.name for s in SETUPS],
-                        help="measure only this setup (repeatable; default: both)")
+                        help="measure only this setup (repeatable; default: all)")
     add_report_options(parser)
     args = parser.parse_args(argv)
     check_report_options(parser, args)

@@ -369,11 +369,11 @@ def test_encryption_keys_defaults_and_refusals() -> None:
         1400, 51000, "wireguard-go")
     with pytest.raises(ConfigError, match=r"'Encryption' = 'ipsec'.*'off', 'wireguard' or"):
         parse({"NodeName": "n", "Encryption": "ipsec"}, env={})
-    for owner in ("linux", "vpp"):
-        with pytest.raises(ConfigError, match=r"'Encryption' = 'wireguard'.*Dataplane: vpp.*"
-                           "clear"):
-            parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": owner,
-                   "Encryption": "wireguard"}, env={})
+    vpp = parse({"NodeName": "n", "Dataplane": "vpp", "Encryption": "wireguard"}, env={})
+    assert (vpp.encryption, vpp.vxlan_owner, vpp.mtu) == ("wireguard", "linux", 1420)
+    with pytest.raises(ConfigError, match=r"'Encryption' = 'wireguard'.*VXLANOwner: linux.*clear"):
+        parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": "vpp",
+               "Encryption": "wireguard"}, env={})
     with pytest.raises(ConfigError, match=r"'WireGuardImplementation' = 'boringtun'"):
         parse({"NodeName": "n", "WireGuardImplementation": "boringtun"}, env={})
     with pytest.raises(ConfigError, match=r"'WireGuardPort' = 0"):

@@ -22,6 +22,12 @@ Test plan:
   the remote node IP.
 - with `Dataplane: vpp`, a pod MTU above the uplink MTU - 50, or MainVRFID == PodVRFID, refuse
   the start (before VPP is reached).
+- fake VPPs with `Encryption: wireguard`: VPP holds nothing of the mesh; each node's Linux has
+  a WireGuard peer per remote node and routes the remote pod subnets into it; no VXLAN device;
+  the interconnect carries the encrypted mesh's pod MTU (1420).
+- real VPPs with `Encryption: wireguard`: pods reach each other, TCP and UDP in both families
+  at MTU 1420, a Service to the other node; a capture on the fabric holds only WireGuard and
+  never the marker the pods send.
 - real VPPs (two nodes), once per `VXLANOwner`: the same programming, then pods on both nodes
   reach each other through the mesh, IPv4 and IPv6; 1 MiB of TCP (in GSO packets, the pods'
   TSO on with Linux's VXLAN) and a UDP exchange across, sources kept; a Service whose backend
@@ -43,6 +49,7 @@ import pytest
 from agent.dataplane.vpp import interfaces, ip
 from agent.dataplane.vpp.mesh import BVI_TAG
 from testbed import pods
+from testbed.capture import Capture
 from testbed.cluster import Cluster, Node, Pod, converged, sh, wait_for
 from testbed.netns import unique
 from testbed.podcheck import assert_pods_talk, unreachable
@@ -207,6 +214,35 @@ def cluster_range_routes(vpps: VppNodes, node: Node) -> tuple[list[str], list[bo
     return [" ".join(line.split()[:2]) for line in linux.splitlines()], held_in
 
 
+def test_vpp_mesh_encrypted_in_linux_with_fake_vpps(tmp_path: Path) -> None:
+    with vpp_cluster(tmp_path, real=False, Encryption="wireguard") as vpps:
+        nodes = [vpps.add_node() for _ in range(2)]
+        wait_for(lambda: converged(nodes), 30, "WireGuard mesh of 2 VPP nodes")
+        check_wireguard_mesh(vpps, nodes)
+
+
+def check_wireguard_mesh(vpps: VppNodes, nodes: list[Node]) -> None:
+    """VPP holds nothing of the mesh; each node's Linux carries it over its WireGuard device,
+    a peer per remote node with that node's published key, and no VXLAN device."""
+    for node in nodes:
+        state = held(vpps, node)
+        assert state["tunnels"] == state["fib"] == state["bvi"] == state["routes"] == [], state
+        ifname = node.config()["WireGuardInterface"]
+        dump = sh("ip", "netns", "exec", node.netns, "wg", "show", ifname, "dump").stdout
+        peers = {line.split("\t")[0] for line in dump.splitlines()[1:]}
+        routes = " | ".join(node.mesh_state()["routes"])
+        for other in nodes:
+            if other is node:
+                continue
+            key = other.get("/v1/nodes")[1]["local"]["wireguard"]["publicKey"]
+            assert key in peers, (key, peers)
+            assert f"10.1.{other.node_id()}.0/24 dev {ifname}" in routes, routes
+        assert sh("ip", "-n", node.netns, "link", "show", "vxlan-vsw",
+                  check=False).returncode != 0
+        link = sh("ip", "-n", node.netns, "link", "show", "vpp1").stdout
+        assert " mtu 1420 " in link, link  # the encrypted mesh's pod MTU
+
+
 def test_vpp_with_l2_interconnect_routes_via_node_ips(tmp_path: Path) -> None:
     with vpp_cluster(tmp_path, real=False, UseL2Interconnect=True) as vpps:
         nodes = [vpps.add_node() for _ in range(2)]
@@ -245,6 +281,32 @@ def test_pods_reach_each_other_through_real_vpps(tmp_path: Path, owner: str) -> 
         assert service_to_the_other_node(nodes[0], a, b, source)
         if owner == "vpp":
             check_removal(vpps, nodes)
+
+
+@pytest.mark.vpp
+@pytest.mark.skipif(not REAL_VPP, reason="VSWITCH_TEST_VPP_START, VSWITCH_TEST_VPP_STOP and "
+                    "VSWITCH_TEST_VPP_MESH_SOCKET are not set (no real VPPs to start)")
+def test_encrypted_pods_through_real_vpps(tmp_path: Path) -> None:
+    with vpp_cluster(tmp_path, real=True, Encryption="wireguard") as vpps:
+        nodes = [vpps.add_node() for _ in range(2)]
+        a, b = nodes[0].add_pod(), nodes[1].add_pod()
+        wait_for(lambda: converged(nodes), 60, "WireGuard mesh of 2 real-VPP nodes")
+        check_wireguard_mesh(vpps, nodes)
+        wait_for(lambda: unreachable([a], [b]) == [], 15, "the first ping across")
+        assert unreachable([a, b], [a, b]) == []
+        marker = "vswitch-cni-cleartext-marker"
+        fabric = f"/var/run/netns/{vpps.cluster.fabric}"
+        with Capture(fabric, nodes[0].fabric_port) as cap:
+            assert_pods_talk(a, b, mtu=1420)
+            with Server(b.netns, "tcp", b.ips[0], 7780):
+                sent = tcp_transfer(a.netns, b.ips[0], 7780, 256 * 1024, marker=marker)
+                assert sent.ok and sent.source == a.ips[0], sent
+        assert cap.containing(marker.encode()) == []
+        kinds = {(f.proto, f.sport, f.dport)
+                 for f in cap.between({n.node_ip for n in nodes})}
+        assert kinds == {("udp", 51820, 51820)}, kinds
+        source = f"192.168.30.{nodes[0].node_id()}"  # the WireGuard device's address
+        assert service_to_the_other_node(nodes[0], a, b, source)
 
 
 def service_to_the_other_node(node: Node, client: Pod, backend: Pod, source: str) -> bool:

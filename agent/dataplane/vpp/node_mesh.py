@@ -14,8 +14,8 @@ Order: Linux first (a tunnel without its route would send into nothing), VPP aft
 the reverse. With `VXLANOwner: linux` (the default) or `UseL2Interconnect` there is no VPP part
 at all: VPP's main VRF already sends everything that is not its own pods to the node, and Linux
 carries it to the remote node as the kernel dataplane does (its VXLAN device, or routes via the
-remote node IPs); `stale`, VPP's mesh, is then only removed (a node that ran VPP's own tunnels
-before). Pods keep their IPv4 TSO
+remote node IPs; with `Encryption`, its WireGuard device: docs/encryption.md); `stale`, VPP's
+mesh, is then only removed (a node that ran VPP's own tunnels before). Pods keep their IPv4 TSO
 that way: VPP never segments a GSO packet, because every interface it forwards them to (pods,
 interconnect) takes them whole (docs/vpp.md).
 
