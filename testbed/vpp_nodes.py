@@ -68,6 +68,14 @@ class VppNodes:
         node.start_agent()
         return node
 
+    def restart(self, node: Node) -> None:
+        """Stops `node`'s VPP and starts it again under the same name and socket (everything
+        it held is gone; the agent notices and makes it again)."""
+        name = self.names[node.name]
+        subprocess.run([*shlex.split(STOP), name], capture_output=True, check=False, timeout=60)
+        self.started.remove(name)
+        self.launch(node, name)
+
     def close(self) -> None:
         for name in self.started:
             subprocess.run([*shlex.split(STOP), name], capture_output=True, check=False,
