@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from testbed.agent import AgentHandle, net_config, run_plugin, running_agent
+from testbed.agent import AgentHandle, running_agent
 from testbed.kube import KubeApiServer
-from testbed.netns import named_netns
+from tests.helpers.kubelet import Pods
 from tests.kube.conftest import USER, needs_apiserver
 from tests.nftpolicy.probes import connects, servers
 from tests.rest.test_metrics_scrape import check_series, documented, scrape
@@ -47,43 +47,6 @@ def _eventually(what: str, check: Callable[[], bool], timeout: float = ENFORCED_
         time.sleep(0.2)
 
 
-class Pods:
-    """The test as kubelet: Pod objects, the plugin's ADD and DEL, the pods' status IPs."""
-
-    def __init__(self, api: KubeApiServer, agent: AgentHandle, node: str,
-                 stack: ExitStack) -> None:
-        self.api, self.agent, self.node, self.stack = api, agent, node, stack
-        self.netns: dict[str, str] = {}
-        self.ip: dict[str, str] = {}
-
-    def create(self, name: str, labels: dict[str, str]) -> None:
-        self.api.must("POST", f"/api/v1/namespaces/{NS}/pods", {
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"nodeName": self.node, "containers": [{"name": "c", "image": "none"}]}})
-
-    def add(self, name: str) -> str:
-        netns = self.stack.enter_context(named_netns("tpol"))
-        cid = f"c-{name}-{int(time.time() * 1000)}"
-        result = run_plugin("ADD", net_config(self.agent), container_id=cid, netns=netns,
-                            args=f"K8S_POD_NAMESPACE={NS};K8S_POD_NAME={name}")
-        assert result.returncode == 0, result.stderr + result.stdout
-        self.stack.callback(self._delete, cid, netns)
-        self.netns[name] = netns
-        self.ip[name] = result.json["ips"][0]["address"].split("/")[0]
-        return self.ip[name]
-
-    def _delete(self, cid: str, netns: str) -> None:
-        result = run_plugin("DEL", net_config(self.agent), container_id=cid, netns=netns)
-        assert result.returncode == 0, result.stderr
-
-    def report_ip(self, name: str) -> None:
-        """What the kubelet does once the sandbox runs: the pod's IP in its status."""
-        ip = self.ip[name]
-        self.api.must("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status",
-                      {"status": {"podIP": ip, "podIPs": [{"ip": ip}], "phase": "Running"}},
-                      content_type="application/merge-patch+json")
-
-
 @pytest.fixture
 def setup(apiserver: KubeApiServer, etcd_endpoints: list[str],
           tmp_path: Path) -> Iterator[tuple[Pods, AgentHandle]]:
@@ -93,7 +56,7 @@ def setup(apiserver: KubeApiServer, etcd_endpoints: list[str],
         with running_agent(tmp_path, etcd_endpoints, pod_subnet="10.77.0.0/16", node_name=node,
                            extra_config={"KubeConfig": str(apiserver.kubeconfig(USER))}
                            ) as agent, ExitStack() as stack:
-            yield Pods(apiserver, agent, node, stack), agent
+            yield Pods(apiserver, agent, node, stack, NS), agent
     finally:
         apiserver.request("DELETE", f"/api/v1/namespaces/{NS}")
 

@@ -36,11 +36,11 @@ from typing import Any
 
 import pytest
 
-from testbed.agent import AgentHandle, net_config, run_plugin, running_agent
+from testbed.agent import AgentHandle, running_agent
 from testbed.cluster import wait_for
 from testbed.kube import KubeApiServer
-from testbed.netns import named_netns
 from testbed.vpp import VppProbe
+from tests.helpers.kubelet import Pods
 from tests.helpers.shipped_vpp import (
     BINARY,
     BINARY_ENV,
@@ -91,35 +91,14 @@ def slice_of(k: int, ips: list[str]) -> dict[str, Any]:
                       {"name": "udp", "port": UDP_PORT, "protocol": "UDP"}]}
 
 
-class Node:
-    """The test as kubelet and EndpointSlice controller of one node."""
+class Node(Pods):
+    """The test as kubelet (its namespace is the node's name: each case's own, the last one's
+    may still be going): a pod object, its ADD and its status IP in one step."""
 
-    def __init__(self, api: KubeApiServer, agent: AgentHandle, name: str,
-                 stack: ExitStack) -> None:
-        self.api, self.agent, self.name, self.stack = api, agent, name, stack
-        self.ns = name  # a namespace of each case's own: the last one's may still be going
-        self.netns: dict[int, str] = {}
-        self.ip: dict[int, str] = {}
-
-    def add(self, i: int) -> None:
-        self.api.must("POST", f"/api/v1/namespaces/{self.ns}/pods", {
-            "metadata": {"name": f"p{i}", "labels": {"app": app(i)}},
-            "spec": {"nodeName": self.name, "containers": [{"name": "c", "image": "none"}]}})
-        netns = self.stack.enter_context(named_netns("thp"))
-        cid = f"c-heap-{i}-{secrets.token_hex(3)}"
-        result = run_plugin("ADD", net_config(self.agent), container_id=cid, netns=netns,
-                            args=f"K8S_POD_NAMESPACE={self.ns};K8S_POD_NAME=p{i}")
-        assert result.returncode == 0, result.stderr + result.stdout
-        self.stack.callback(self._delete, cid, netns)
-        ip = result.json["ips"][0]["address"].split("/")[0]
-        self.netns[i], self.ip[i] = netns, ip
-        self.api.must("PATCH", f"/api/v1/namespaces/{self.ns}/pods/p{i}/status",
-                      {"status": {"podIP": ip, "podIPs": [{"ip": ip}], "phase": "Running"}},
-                      content_type="application/merge-patch+json")
-
-    def _delete(self, cid: str, netns: str) -> None:
-        result = run_plugin("DEL", net_config(self.agent), container_id=cid, netns=netns)
-        assert result.returncode == 0, result.stderr
+    def add_pod(self, i: int) -> None:
+        self.create(f"p{i}", {"app": app(i)})
+        self.add(f"p{i}")
+        self.report_ip(f"p{i}")
 
 
 @pytest.fixture(params=["vpp", "vpp-hugepages", "vpp+worker"])
@@ -153,7 +132,7 @@ def node(apiserver: KubeApiServer, etcd_endpoints: list[str], tmp_path: Path,  #
                                "VPPHostInterface": f"vsh{suffix}h",
                                "VPPHostPeerInterface": f"vsh{suffix}v"}) as agent, \
                 ExitStack() as stack:
-            yield Node(apiserver, agent, name, stack)
+            yield Node(apiserver, agent, name, stack, name)
     finally:
         apiserver.request("DELETE", f"/api/v1/namespaces/{name}")
 
@@ -172,15 +151,15 @@ def test_the_shipped_heap_holds_a_full_node(node: Node, vpp: ShippedVpp,
     node.stack.callback(probe.close)
     base = probe.heap_used()  # `show memory main-heap`: at once (the stats segment lags 10 s)
     api = apiserver
-    api.must("POST", f"/apis/networking.k8s.io/v1/namespaces/{node.ns}/networkpolicies",
+    api.must("POST", f"/apis/networking.k8s.io/v1/namespaces/{node.namespace}/networkpolicies",
              {"metadata": {"name": "deny-in"}, "spec": {"podSelector": {},
                                                          "policyTypes": ["Ingress"]}})
     for k in range(APPS):
-        api.must("POST", f"/apis/networking.k8s.io/v1/namespaces/{node.ns}/networkpolicies",
+        api.must("POST", f"/apis/networking.k8s.io/v1/namespaces/{node.namespace}/networkpolicies",
                  allow_from_next(k))
     vips = {}
     for k in range(APPS):
-        svc = api.must("POST", f"/api/v1/namespaces/{node.ns}/services", {
+        svc = api.must("POST", f"/api/v1/namespaces/{node.namespace}/services", {
             "metadata": {"name": f"svc-a{k}"},
             "spec": {"ports": [{"name": "tcp", "port": 80, "targetPort": TCP_PORT},
                                {"name": "udp", "port": 53, "targetPort": UDP_PORT,
@@ -188,20 +167,21 @@ def test_the_shipped_heap_holds_a_full_node(node: Node, vpp: ShippedVpp,
         vips[k] = svc["spec"]["clusterIP"]
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(node.add, range(PODS)))
+        list(pool.map(node.add_pod, range(PODS)))
     for k in range(APPS):
-        api.must("POST", f"/apis/discovery.k8s.io/v1/namespaces/{node.ns}/endpointslices",
-                 slice_of(k, [node.ip[i] for i in range(PODS) if i % APPS == k]))
+        api.must("POST", f"/apis/discovery.k8s.io/v1/namespaces/{node.namespace}/endpointslices",
+                 slice_of(k, [node.ip[f"p{i}"] for i in range(PODS) if i % APPS == k]))
     configured = probe.heap_used()
 
     with ExitStack() as serving:
         for i in range(PODS):
-            serving.enter_context(servers(node.netns[i], [node.ip[i]],
+            serving.enter_context(servers(node.netns[f"p{i}"], [node.ip[f"p{i}"]],
                                           [("tcp", TCP_PORT), ("udp", UDP_PORT)]))
         # app m reaches svc-a(m-1) (its pods allow app m), never svc-a(m+1)
-        allowed = [Probe(node.netns[i], proto, vips[(i - 1) % APPS], port)
+        allowed = [Probe(node.netns[f"p{i}"], proto, vips[(i - 1) % APPS], port)
                    for i in range(PODS) for proto, port in (("tcp", 80), ("udp", 53))]
-        denied = [Probe(node.netns[i], "tcp", vips[(i + 1) % APPS], 80) for i in range(APPS)]
+        denied = [Probe(node.netns[f"p{i}"], "tcp", vips[(i + 1) % APPS], 80)
+                  for i in range(APPS)]
         wait_for(lambda: vpp.running() and all(reach(allowed[:2 * APPS])), WITHIN,
                  "every pod reaches the Service its policy allows")
         results = reach(allowed)
