@@ -125,13 +125,20 @@ def wireguard(ctx: Context) -> View:
             continue
         for peer in device["peers"] or [{}]:
             seen = peer.get("latestHandshake", 0)
+            if seen is None:  # VPP's own WireGuard: only whether a session is established
+                handshake = "established" if peer.get("established") else "no session"
+            else:
+                handshake = f"{now - seen:.0f}s ago" if seen else "never"
             view.rows.append([
                 node.name, fingerprint(key) or "-", peer.get("node") or "?",
-                peer.get("fingerprint", ""), peer.get("endpoint", ""),
-                f"{now - seen:.0f}s ago" if seen else "never",
-                str(peer.get("rxBytes", "")), str(peer.get("txBytes", "")),
+                peer.get("fingerprint", ""), peer.get("endpoint", ""), handshake,
+                _count(peer.get("rxBytes", "")), _count(peer.get("txBytes", "")),
             ])
     return view
+
+
+def _count(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def _selected(ctx: Context, node_name: str | None) -> list[Node]:

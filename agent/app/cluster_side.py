@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from ipam import NodeNetworks
 
 if TYPE_CHECKING:
     from agent.dataplane.vpp.node_mesh import VppNodeMesh
+    from agent.dataplane.vpp.wireguard import VppWireGuard
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,7 @@ class ClusterSide:
         if wireguard is not None:
             # The key (made on first start) and the device, here: a node that cannot encrypt
             # refuses to start, naming why (no wireguard-go, no wg), before it joins the mesh.
-            wg_key = wireguard.device.key.ensure()
+            wg_key = wireguard.key.ensure()
             if uplink is not None:
                 wireguard.prepare(probe)
         local = local_node(cfg.node_name, node_ip, networks, uplink.mac if uplink else "",
@@ -141,15 +143,19 @@ def _mesh(
     from agent.dataplane.vpp.driver import VppDataplane
     from agent.dataplane.vpp.mesh import VppMesh
     from agent.dataplane.vpp.node_mesh import VppNodeMesh
+    from agent.dataplane.vpp.wireguard import VppWireGuard
 
     if not isinstance(dataplane, VppDataplane):
         raise TypeError(f"the {cfg.dataplane} mesh needs the VPP driver, got {dataplane!r}")
     # Whichever way is configured, VPP's own mesh objects are removed when not wanted (a node
-    # switched from VXLANOwner vpp to linux keeps no tunnel or BVI beside Linux's device).
-    vpp = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
-                  cfg.vxlan_vni)
+    # switched from VXLANOwner vpp to linux keeps no tunnel or BVI beside Linux's device; one
+    # switched to or from encryption keeps neither the tunnels nor the WireGuard interface).
+    vxlan = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
+                    cfg.vxlan_vni)
+    wireguard = VppWireGuard(dataplane.api, key_file(cfg), cfg.wireguard_port, cfg.pod_vrf_id,
+                             cfg.main_vrf_id)
     if not cfg.vxlan_in_vpp:
-        return VppNodeMesh(dataplane, _linux_mesh(cfg), None, cfg.mtu, stale=vpp)
+        return VppNodeMesh(dataplane, _linux_mesh(cfg), None, cfg.mtu, stale=(vxlan, wireguard))
     if cfg.main_vrf_id == cfg.pod_vrf_id:
         # The pod VRF routes remote VPP-host subnets into the tunnels, whose own packets (to
         # those subnets) are routed in the main VRF: one table would loop them.
@@ -157,9 +163,15 @@ def _mesh(
             f"MainVRFID and PodVRFID are both {cfg.main_vrf_id}: VPP's VXLAN mesh needs two",
             "give PodVRFID another table ID (default 1), or set VXLANOwner: linux",
         )
+    if cfg.encryption == "wireguard":
+        # Linux routes only the remote VPP-host subnets (where VPP's encrypted packets go); the
+        # node's own traffic to remote pods goes into VPP, to be encrypted there.
+        linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
+                           route_vpp_host=True, route_pods=False)
+        return VppNodeMesh(dataplane, linux, wireguard, cfg.mtu, stale=(vxlan,))
     linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
                        route_vpp_host=True)
-    return VppNodeMesh(dataplane, linux, vpp, cfg.mtu)
+    return VppNodeMesh(dataplane, linux, vxlan, cfg.mtu, stale=(wireguard,))
 
 
 def _linux_mesh(cfg: AgentConfig) -> KernelMesh | WireGuardMesh | PermissiveMesh:
@@ -174,8 +186,7 @@ def _linux_mesh(cfg: AgentConfig) -> KernelMesh | WireGuardMesh | PermissiveMesh
     if cfg.use_l2_interconnect:
         log.warning("UseL2Interconnect is moot with Encryption: pod traffic between nodes goes "
                     "through WireGuard")
-    key = KeyFile(Path(cfg.state_dir) / "wireguard.key")
-    device = Device(cfg.wireguard_interface, cfg.wireguard_port, key,
+    device = Device(cfg.wireguard_interface, cfg.wireguard_port, key_file(cfg),
                     cfg.wireguard_implementation)
     plan = cfg.ipam
     catch_all = [str(c) for c in (plan.pod_subnet_cidr, plan.pod_subnet_v6_cidr,
@@ -186,7 +197,18 @@ def _linux_mesh(cfg: AgentConfig) -> KernelMesh | WireGuardMesh | PermissiveMesh
     return WireGuardMesh(cfg.mtu, device, catch_all, stale_links=(cfg.vxlan_interface,))
 
 
-def wireguard_of(mesh: object) -> WireGuardMesh | PermissiveMesh | None:
-    """The WireGuard mesh inside `mesh` (itself, or a VPP node's Linux half); None: clear."""
+def key_file(cfg: AgentConfig) -> KeyFile:
+    """This node's WireGuard key: one file in StateDir (made on first start)."""
+    return KeyFile(Path(cfg.state_dir) / "wireguard.key")
+
+
+def wireguard_of(mesh: object) -> WireGuardMesh | PermissiveMesh | VppWireGuard | None:
+    """The WireGuard mesh inside `mesh`: itself, a VPP node's Linux half, or VPP's own
+    WireGuard; None: clear."""
+    vpp = getattr(mesh, "vpp", None)
+    loaded = sys.modules.get("agent.dataplane.vpp.wireguard")  # a kernel agent never loads it
+    if loaded is not None and isinstance(vpp, loaded.VppWireGuard):
+        found: VppWireGuard = vpp
+        return found
     linux = getattr(mesh, "linux", mesh)
     return linux if isinstance(linux, WireGuardMesh | PermissiveMesh) else None

@@ -234,21 +234,21 @@ def wireguard_implementation(key: str, v: object) -> str:
 
 
 def check_encryption(values: dict[str, Any]) -> None:
-    """`Encryption: wireguard` needs the node's Linux to carry the mesh (with `Dataplane: vpp`,
-    VXLANOwner linux: VPP's own tunnels would bypass it, refused rather than sent in clear),
-    and a pod MTU that leaves room for WireGuard: without MTUSize, 1420 (a 1500-byte uplink
-    in either family)."""
+    """`Encryption` needs a pod MTU that leaves room for WireGuard: without MTUSize, 1420 (a
+    1500-byte uplink in either family). With `Dataplane: vpp` and `VXLANOwner: vpp`, VPP's own
+    wireguard plugin encrypts (`wireguard` only: the rollout's `wireguard-permissive` runs the
+    node's Linux meshes, so it needs VXLANOwner linux)."""
     mode = values.get("encryption", "off")
     if mode == "off":
         return
     in_vpp = (values.get("dataplane", "kernel") == "vpp"
               and values.get("vxlan_owner", "linux") == "vpp"
               and not values.get("use_l2_interconnect", False))
-    if in_vpp:
-        raise ConfigError("Encryption", mode, "needs VXLANOwner: linux with Dataplane: vpp (the "
-                          "node's WireGuard then carries VPP's traffic to other nodes; the agent "
-                          "does not drive VPP's wireguard plugin yet, and VPP's own tunnels "
-                          "would send pod traffic in clear), so this node does not start")
+    if in_vpp and mode == "wireguard-permissive":
+        raise ConfigError("Encryption", mode, "needs VXLANOwner: linux with Dataplane: vpp (VPP's "
+                          "own WireGuard has no clear-text fallback to nodes without a key; roll "
+                          "encryption out with VXLANOwner: linux, docs/encryption.md), so this "
+                          "node does not start")
     values.setdefault("mtu", WIREGUARD_POD_MTU)
 
 

@@ -83,8 +83,9 @@ def heap_gauges(m: Metrics, heap: HeapWatch) -> None:
 def _peer_reader(agent: RunningAgent, field: str) -> Callable[[], list[tuple[tuple[str], float]]]:
     def read() -> list[tuple[tuple[str], float]]:
         view = agent.cluster.wireguard_view() if agent.cluster is not None else None
+        # VPP's own WireGuard keeps no handshake time or bytes per peer (None): no sample
         return [((p["node"] or p["fingerprint"],), float(p[field]))
-                for p in (view or {}).get("peers", [])]
+                for p in (view or {}).get("peers", []) if p.get(field) is not None]
 
     return read
 

@@ -162,8 +162,12 @@ class KubeSide:
         exempt = node_addresses(networks, node_ip, cfg.dataplane)
 
         # With Linux's VXLAN mesh the masquerade towards another node's pod picks the VXLAN
-        # device's address: every node's is in VxlanCIDR, a range only nodes hold.
-        overlay = () if cfg.vxlan_in_vpp else (cfg.ipam.vxlan_cidr,)
+        # device's address: every node's is in VxlanCIDR, a range only nodes hold. With VPP's
+        # own WireGuard, Linux sends to remote pods through VPP, from its end of the VPP-host
+        # interconnect: every node's is in VPPHostSubnetCIDR.
+        overlay: tuple[IPNetwork, ...] = (
+            (cfg.ipam.vpp_host_subnet_cidr,) if cfg.encryption != "off" else ()
+        ) if cfg.vxlan_in_vpp else (cfg.ipam.vxlan_cidr,)
 
         def other_nodes() -> tuple[IPAddress | IPNetwork, ...]:
             """Every Node's InternalIP but this node's: with VPP, the sources of Service

@@ -2,6 +2,7 @@
 
     vswitch-agent --config FILE wireguard rotate [--wait SECONDS]   a new key for this node
     vswitch-agent --config FILE wireguard show                      this node's key and peers
+                                                                    (the device's, or VPP's)
 
 `rotate` writes a new private key into the node's key file (StateDir/wireguard.key, mode 0600);
 the running agent notices the new file within its next tick (2 s), puts the key on the device and
@@ -50,6 +51,8 @@ def wireguard_command(config: AgentConfig, argv: list[str]) -> int:
 
 
 def _show(config: AgentConfig, key: KeyFile) -> int:
+    if config.vxlan_in_vpp:
+        return _show_vpp(config, key)
     device = Device(config.wireguard_interface, config.wireguard_port, key)
     status = device.status()
     names = _registry_keys(config)
@@ -61,6 +64,29 @@ def _show(config: AgentConfig, key: KeyFile) -> int:
                 else "never")
         print(f"peer {names.get(peer.public_key, '?')}\t{fingerprint(peer.public_key)}\t"
               f"{peer.endpoint}\thandshake {seen}\trx {peer.rx_bytes}\ttx {peer.tx_bytes}")
+    return 0
+
+
+def _show_vpp(config: AgentConfig, key: KeyFile) -> int:
+    """VPP's own WireGuard (VXLANOwner: vpp), read through VPP's API socket: per peer only
+    whether a session is established (VPP keeps no handshake time or bytes per peer)."""
+    from agent.dataplane.vpp.api import VppApi  # only VPP nodes load vpp-papi
+    from agent.dataplane.vpp.wireguard import VppWireGuard
+
+    api = VppApi(config.vpp_api_socket, config.vpp_api_dir or None, 2.0, 5.0,
+                 "vswitch-agent-wireguard")
+    try:
+        peers = VppWireGuard(api, key, config.wireguard_port, config.pod_vrf_id,
+                             config.main_vrf_id).peers()
+    finally:
+        api.close()
+    names = _registry_keys(config)
+    print(f"VPP wireguard interface: port {config.wireguard_port}, "
+          f"key {fingerprint(key.public())}")
+    for peer in peers.values():
+        state = "established" if peer.established else "no session"
+        print(f"peer {names.get(peer.public_key, '?')}\t{fingerprint(peer.public_key)}\t"
+              f"{peer.endpoint}:{peer.port}\t{state}")
     return 0
 
 

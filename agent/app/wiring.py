@@ -13,7 +13,7 @@ from agent.dataplane.vpp.afpacket import RingOptions
 from agent.dataplane.vpp.config import VppConfig
 from agent.infra.metrics import Metrics
 from agent.linux.hostnat import NatPlan
-from agent.model.node import VXLAN_OVERHEAD
+from agent.model.node import VXLAN_OVERHEAD, WIREGUARD_OVERHEAD
 from ipam import NodeNetworks
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -52,12 +52,13 @@ def vpp_config(cfg: AgentConfig, networks: NodeNetworks) -> VppConfig:
         tap_rx_ring_size=cfg.tapv2_rx_ring_size,
         tap_tx_ring_size=cfg.tapv2_tx_ring_size,
         mtu=cfg.mtu,
-        # VPP's own VXLAN packets to other nodes leave through the interconnect (node_mesh.py);
-        # with Linux's VXLAN the interconnect carries the pods' packets as they are
-        host_mtu=cfg.mtu + (VXLAN_OVERHEAD[networks.vpp_host_subnet.version]
-                            if cfg.vxlan_in_vpp else 0),
+        # VPP's own VXLAN (or WireGuard) packets to other nodes leave through the interconnect
+        # (node_mesh.py); with Linux's mesh the interconnect carries the pods' packets as they are
+        host_mtu=cfg.mtu + (_vpp_mesh_overhead(cfg, networks) if cfg.vxlan_in_vpp else 0),
         # VPP 26.06 cuts IPv4 GSO packets from AF_PACKET wrongly before its VXLAN (docs/vpp.md)
         pod_tso4=not cfg.vxlan_in_vpp,
+        # VPP's wireguard plugin encrypts before a pending checksum is written (wireguard.py)
+        pod_checksum=not (cfg.vxlan_in_vpp and cfg.encryption != "off"),
         main_vrf_id=cfg.main_vrf_id,
         pod_vrf_id=cfg.pod_vrf_id,
         pod_gateways=gateways,
@@ -102,3 +103,9 @@ def nat_plan(cfg: AgentConfig) -> NatPlan:
         service_return=cfg.dataplane == "vpp",
         table=cfg.nat_table,
     )
+
+
+def _vpp_mesh_overhead(cfg: AgentConfig, networks: NodeNetworks) -> int:
+    """The bytes VPP's own mesh puts around a pod's packet: VXLAN's, or WireGuard's."""
+    table = WIREGUARD_OVERHEAD if cfg.encryption != "off" else VXLAN_OVERHEAD
+    return table[networks.vpp_host_subnet.version]

@@ -72,10 +72,14 @@ class KernelMesh:
         l2_interconnect: bool = False,
         route_vpp_host: bool = False,
         stale_links: tuple[str, ...] = (),
+        route_pods: bool = True,
     ) -> None:
         self.pod_mtu = pod_mtu
         self.stale_links = stale_links  # devices of another mesh (WireGuard's), removed by prune
         self.route_vpp_host = route_vpp_host and l2_interconnect
+        # False: only the VPP-host subnets (VPP's own WireGuard carries the pods' traffic and
+        # the node's own to remote pods, which Linux routes into VPP: never beside it in clear)
+        self.route_pods = route_pods or not self.route_vpp_host
         self.ifname = ifname
         self.vni = vni
         self.port = port
@@ -138,7 +142,7 @@ class KernelMesh:
     def routed_subnets(self, remote: NodeInfo) -> tuple[str, ...]:
         """The remote subnets the L2 interconnect routes via the remote node."""
         extra = (remote.vpp_host_subnet,) if self.route_vpp_host else ()
-        return (*remote.pod_subnets, *extra)
+        return (*(remote.pod_subnets if self.route_pods else ()), *extra)
 
     def _program_l2(self, links: Session, up: Uplink, remote: NodeInfo) -> None:
         for subnet in self.routed_subnets(remote):
@@ -295,7 +299,8 @@ def _wanted(mesh: KernelMesh, keep: Collection[NodeInfo]) -> set[tuple[Any, ...]
                 same = (ipaddress.ip_network(subnet).version
                         == ipaddress.ip_address(remote.node_ip).version)
                 want.add(("route", subnet, remote.node_ip if same else ll))
-            want.add(("neigh", ll, remote.uplink_mac))
+                if not same:  # the next hop of the other family's routes (_program_l2)
+                    want.add(("neigh", ll, remote.uplink_mac))
             continue
         want.add(("fdb", remote.vxlan_mac, remote.node_ip))
         want.add(("neigh", remote.vxlan_ip, remote.vxlan_mac))

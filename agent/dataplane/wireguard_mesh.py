@@ -41,7 +41,7 @@ from agent.dataplane.kernel_mesh import (
 from agent.linux import netlink
 from agent.linux.iproute import Session
 from agent.linux.nlcodec import RT_SCOPE_LINK
-from agent.linux.wireguard import Device, DeviceStatus
+from agent.linux.wireguard import Device, DeviceStatus, KeyFile
 from agent.model.errors import DataplaneFailure
 from agent.model.node import WIREGUARD_OVERHEAD, NodeInfo, fingerprint
 
@@ -69,6 +69,10 @@ class WireGuardMesh:
         self.last_status: tuple[float, DeviceStatus | None] = (0.0, None)
 
     # ---- node-wide --------------------------------------------------------------------------
+
+    @property
+    def key(self) -> KeyFile:
+        return self.device.key
 
     def uplink(self, local: NodeInfo) -> Uplink | None:
         return find_uplink(local)
@@ -310,6 +314,7 @@ class PermissiveMesh:
         self.wireguard = wireguard
         self.vxlan = vxlan
         self.device = wireguard.device
+        self.key = wireguard.key
 
     def uplink(self, local: NodeInfo) -> Uplink | None:
         return find_uplink(local)

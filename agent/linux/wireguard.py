@@ -98,6 +98,11 @@ class KeyFile:
             log.warning("%s was readable by others (mode %o): set to 0600", self.path, mode)
         return public_key(check_key(self.path.read_text(), str(self.path)))
 
+    def private_bytes(self) -> bytes:
+        """The private key's 32 bytes: for VPP's wireguard plugin, which takes it in its API
+        request over the node's own socket (agent/dataplane/vpp/wireguard.py). Never logged."""
+        return base64.b64decode(check_key(self.path.read_text(), str(self.path)))
+
     def rotate(self) -> str:
         """A new key in place of the old one; its public key."""
         self._write(_wg("genkey"))

@@ -8,16 +8,18 @@ agents, pods through the real plugin), a pod on each node, and vpp_core's rows a
 Setups (SETUPS): `clear` (the kernel dataplane's VXLAN mesh) and `wireguard` (`Encryption:
 wireguard`; the kernel's WireGuard where it has the module, else wireguard-go: the section says
 which ran); `vpp-clear` and `vpp-wireguard` the same with `Dataplane: vpp` (`VXLANOwner: linux`:
-the node's VXLAN or WireGuard device carries what VPP sends to the other node), each node's VPP
-on CPU 1, real VPPs from VSWITCH_TEST_VPP_START (skipped, saying so, without). The pods'
+the node's VXLAN or WireGuard device carries what VPP sends to the other node); `vpp-own-clear`
+and `vpp-own-wireguard` with `VXLANOwner: vpp` (VPP's own VXLAN tunnels, or VPP's own
+WireGuard, its `wireguard` plugin). Each node's VPP on CPU 1, real VPPs from
+VSWITCH_TEST_VPP_START (skipped, saying so, without). The pods'
 sender and receiver, the agents and wireguard-go's threads are not pinned: they run where the
 scheduler puts them, as on a node; every CPU's busy share during one more
 TCP run gives Gbit/s per busy CPU (vpp_core.py). Rows: TCP one stream IPv4 and IPv6, TCP to a
 stand-in ClusterIP whose backend is on the other node, RTT, UDP loss at 1 Gbit/s offered. The
 pod MTU is each setup's default (1450 clear, 1420 encrypted).
 
-VPP's own WireGuard (its plugin, `VXLANOwner: vpp`) is not driven by the agent yet
-(docs/encryption.md). Each encrypted setup's ratios are over the clear one of its dataplane.
+Each encrypted setup's ratios are over the clear one of its dataplane; issue #41's target line
+sets VPP's own WireGuard against the kernel dataplane's, per busy CPU.
 Writes its own section of --out between markers (full mode's default is BENCHMARKS.md; quick
 mode writes only where --out says). Traffic goes only to the namespaces it creates; everything
 it starts is removed again, also on failure.
@@ -46,7 +48,9 @@ from benchmarks.traffic.vpp_core import (
 from testbed.cluster import Node
 
 BEGIN, END = markers("encryption")
-BASELINE = {"wireguard": "clear", "vpp-wireguard": "vpp-clear"}  # encrypted -> its clear
+BASELINE = {"wireguard": "clear", "vpp-wireguard": "vpp-clear",  # encrypted -> its clear
+            "vpp-own-wireguard": "vpp-own-clear"}
+OWN = {**VPP_KEYS, "VXLANOwner": "vpp"}
 IMPLEMENTATION = "WireGuard"
 SETUPS = (
     Setup("clear", {"Dataplane": "kernel"}, pinned=False, nodes=2),
@@ -54,6 +58,9 @@ SETUPS = (
           nodes=2),
     Setup("vpp-clear", dict(VPP_KEYS), pinned=False, vpp="own", nodes=2),
     Setup("vpp-wireguard", {**VPP_KEYS, "Encryption": "wireguard"}, pinned=False, vpp="own",
+          nodes=2),
+    Setup("vpp-own-clear", dict(OWN), pinned=False, vpp="own", nodes=2),
+    Setup("vpp-own-wireguard", {**OWN, "Encryption": "wireguard"}, pinned=False, vpp="own",
           nodes=2),
 )
 
@@ -93,6 +100,18 @@ def table(results: list[SetupResult]) -> list[str]:
     return lines
 
 
+def target(results: list[SetupResult]) -> list[str]:
+    """Issue #41's target: VPP's own WireGuard at least the kernel dataplane's, per busy CPU."""
+    by_name = {r.name: r.config.get(PER_CPU) for r in results}
+    vpp, kernel = by_name.get("vpp-own-wireguard"), by_name.get("wireguard")
+    if not vpp or not kernel:
+        return []
+    verdict = "met" if vpp >= kernel else "not met"
+    return [f"Target (issue #41): VPP's own WireGuard at least the kernel dataplane's encrypted "
+            f"figure per busy CPU: {vpp:.2f} against {kernel:.2f} Gbit/s per busy CPU "
+            f"({vpp / kernel:.2f}x): {verdict}.", ""]
+
+
 def render(header: dict[str, Any], results: list[SetupResult]) -> str:
     counts: Counts = header["counts"]
     return "\n".join([
@@ -100,17 +119,21 @@ def render(header: dict[str, Any], results: list[SetupResult]) -> str:
         command_line(header), "",
         "Two nodes of the one-machine cluster, pod a on the first node and pod b on the "
         "second; the pods unpinned, each node's VPP (the `vpp-` setups: `Dataplane: vpp`, "
-        "`VXLANOwner: linux`) on CPU 1. ClusterIP: kube-proxy's DNAT on a's node "
+        "`VXLANOwner: linux`; the `vpp-own-` setups `VXLANOwner: vpp`) on CPU 1. ClusterIP: "
+        "kube-proxy's DNAT on a's node "
         "(testbed/service.py) to b. `wireguard`: every packet between the nodes through "
         "WireGuard (the implementation the agent found is named below; this kernel has no "
-        "WireGuard module, so it is wireguard-go in userspace); `clear`: VXLAN. With VPP the "
-        "node's device carries what VPP hands to Linux. iperf3 one TCP "
+        "WireGuard module, so it is wireguard-go in userspace); `clear`: VXLAN. In the `vpp-` "
+        "setups the node's device carries what VPP hands to Linux; in the `vpp-own-` ones VPP "
+        "encapsulates itself (its VXLAN tunnels, or its `wireguard` plugin; the pods then "
+        "compute their own checksums, docs/encryption.md). iperf3 one TCP "
         f"stream {counts.seconds} s, UDP 1400-byte datagrams at 1 Gbit/s {counts.seconds} s, "
         f"RTT the average of {counts.pings} pings 10 ms apart; each row {counts.runs} time(s), "
         "interleaved; cells: median (min-max); ratios over the clear setup of the same "
         "dataplane (UDP loss: the difference in points).", "",
         *setup_lines(results), "",
         *table(results), "",
+        *target(results),
         f"{PER_CPU}: that run's Gbit/s over the sum of every CPU's busy share during it (each "
         "setup lists the shares). wireguard-go 0.0.20220316 (Debian 12) moves every packet "
         "through a TUN read or write and a UDP socket call of its own, with no segmentation "

@@ -371,9 +371,13 @@ def test_encryption_keys_defaults_and_refusals() -> None:
         parse({"NodeName": "n", "Encryption": "ipsec"}, env={})
     vpp = parse({"NodeName": "n", "Dataplane": "vpp", "Encryption": "wireguard"}, env={})
     assert (vpp.encryption, vpp.vxlan_owner, vpp.mtu) == ("wireguard", "linux", 1420)
-    with pytest.raises(ConfigError, match=r"'Encryption' = 'wireguard'.*VXLANOwner: linux.*clear"):
+    own = parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": "vpp",
+                 "Encryption": "wireguard"}, env={})  # VPP's own wireguard plugin
+    assert (own.encryption, own.vxlan_in_vpp, own.mtu) == ("wireguard", True, 1420)
+    with pytest.raises(ConfigError, match=r"'Encryption' = 'wireguard-permissive'.*VXLANOwner: "
+                       r"linux.*no clear-text fallback"):
         parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": "vpp",
-               "Encryption": "wireguard"}, env={})
+               "Encryption": "wireguard-permissive"}, env={})
     with pytest.raises(ConfigError, match=r"'WireGuardImplementation' = 'boringtun'"):
         parse({"NodeName": "n", "WireGuardImplementation": "boringtun"}, env={})
     with pytest.raises(ConfigError, match=r"'WireGuardPort' = 0"):

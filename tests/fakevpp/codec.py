@@ -69,7 +69,9 @@ def fill_defaults(vtype: Any, given: dict[str, Any]) -> dict[str, Any]:
             if isinstance(packer, VPPType) and isinstance(value, dict):
                 out[fname] = fill_defaults(packer, value)
             elif isinstance(packer, VLAList) and isinstance(packer.packer, VPPType):
-                out[fname] = [fill_defaults(packer.packer, v) for v in value]
+                # an element given as its Python form (a prefix as IPv4Network) packs as it is
+                out[fname] = [fill_defaults(packer.packer, v) if isinstance(v, dict) else v
+                              for v in value]
             continue
         if isinstance(packer, FixedList):
             elem = packer.packer

@@ -25,14 +25,16 @@ from tests.fakevpp.state import (
     random_mac,
 )
 from tests.fakevpp.tapdev import create_tap_host, delete_tap_host, link_exists
+from tests.fakevpp.wireguard import WireGuardHandlers
 
 Fields = dict[str, Any]
 AF_PACKET_DEV_TYPE = "af-packet"  # VPP's af_packet device class name, its interface_dev_type
 
 
-class Handlers(L2Handlers, CnatHandlers, AclHandlers):
+class Handlers(L2Handlers, CnatHandlers, AclHandlers, WireGuardHandlers):
     """The interface, IP, neighbor, af_packet and tap messages (L2 and VXLAN: l2.py; cnat and
-    the FIB summaries of the CLI: cnat.py; the acl plugin and the rest of the CLI: acl.py)."""
+    the FIB summaries of the CLI: cnat.py; the acl plugin and the rest of the CLI: acl.py; the
+    wireguard plugin: wireguard.py)."""
 
     def __init__(
         self, state: State, tap_works: bool, json_text: str, netns: str = "",

@@ -107,6 +107,16 @@ class Tunnel:
 
 
 @dataclass
+class WireGuardState:
+    """The wireguard plugin's (tests/fakevpp/wireguard.py): interfaces by sw_if_index
+    (private key, public key, port, source), peers by index (the decoded request's fields)."""
+
+    interfaces: dict[int, tuple[bytes, bytes, int, str]] = field(default_factory=dict)
+    peers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    next_peer: int = 0
+
+
+@dataclass
 class AclState:
     """The acl plugin's: ACLs by index (freed indexes are reused, newest freed first, as
     VPP's pool does), each interface's (input, output) lists, the plugin's two switches."""
@@ -152,6 +162,7 @@ class State:
         self.tunnels: dict[int, Tunnel] = {}  # by sw_if_index
         self.acl = AclState()
         self.cnat = CnatState()
+        self.wireguard = WireGuardState()
         self.next_index = 0
         self.add_interface("local0", "local", "00:00:00:00:00:00")
 
@@ -185,6 +196,9 @@ class State:
         self.tunnels.pop(sw_if_index, None)
         self.acl.lists.pop(sw_if_index, None)  # the acl plugin unapplies them itself
         self.cnat.features.pop(sw_if_index, None)
+        if self.wireguard.interfaces.pop(sw_if_index, None) is not None:  # its peers go too
+            self.wireguard.peers = {i: p for i, p in self.wireguard.peers.items()
+                                    if p["sw_if_index"] != sw_if_index}
         for bd in self.bridge_domains.values():
             bd.members.pop(sw_if_index, None)
             # learned entries go; static ones stay, naming the dead interface (seen on a

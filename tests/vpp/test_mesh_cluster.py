@@ -130,7 +130,8 @@ def check_linux_mesh(vpps: VppNodes, nodes: list[Node]) -> None:
     for node in nodes:
         state = held(vpps, node)
         assert {k: v for k, v in state.items() if k != "linux"} == {
-            "tunnels": [], "fib": [], "bvi": [], "neigh": [], "routes": []}, state
+            "tunnels": [], "fib": [], "bvi": [], "neigh": [], "routes": [], "wg": [],
+            "peers": [], "wg_routes": [], "wg_main": []}, state
         api = vpps.api(node)
         try:
             api.connect()
@@ -227,6 +228,7 @@ def check_wireguard_mesh(vpps: VppNodes, nodes: list[Node]) -> None:
     for node in nodes:
         state = held(vpps, node)
         assert state["tunnels"] == state["fib"] == state["bvi"] == state["routes"] == [], state
+        assert state["wg"] == state["peers"] == [], state
         ifname = node.config()["WireGuardInterface"]
         dump = sh("ip", "netns", "exec", node.netns, "wg", "show", ifname, "dump").stdout
         peers = {line.split("\t")[0] for line in dump.splitlines()[1:]}
@@ -241,6 +243,84 @@ def check_wireguard_mesh(vpps: VppNodes, nodes: list[Node]) -> None:
                   check=False).returncode != 0
         link = sh("ip", "-n", node.netns, "link", "show", "vpp1").stdout
         assert " mtu 1420 " in link, link  # the encrypted mesh's pod MTU
+
+
+def test_vpp_mesh_encrypted_by_vpps_own_wireguard_with_fake_vpps(tmp_path: Path) -> None:
+    with vpp_cluster(tmp_path, real=False, VXLANOwner="vpp") as vpps:
+        nodes = [vpps.add_node() for _ in range(3)]
+        wait_for(lambda: converged(nodes), 30, "VPP's VXLAN mesh of 3 nodes")
+        check_programmed(vpps, nodes)
+        for node in nodes:  # encryption turned on: the tunnels give way to WireGuard
+            node.stop_agent()
+            node.extra["Encryption"] = "wireguard"
+            node.start_agent()
+        wait_for(lambda: converged(nodes), 30, "VPP's WireGuard mesh of 3 nodes")
+        wait_for(lambda: all(held(vpps, n)["tunnels"] == [] for n in nodes), 15,
+                 "the VXLAN tunnels removed")
+        check_vpp_wireguard(vpps, nodes)
+        first = nodes[0]
+        before = held(vpps, first)
+        vpps.fakes[vpps.names[first.name]].restart()  # VPP lost everything
+        wait_for(lambda: held(vpps, first) == before, 15, "VPP's WireGuard rebuilt after a restart")
+        old_key = published_key(first)
+        out = first.operator("wireguard", "rotate")
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: published_key(first) != old_key, 15, "the new key published")
+        wait_for(lambda: all(old_key not in " ".join(held(vpps, n)["peers"] + held(vpps, n)["wg"])
+                             for n in nodes), 15, "the old key gone from every VPP")
+        check_vpp_wireguard(vpps, nodes)
+        gone, rest = nodes[-1], nodes[:-1]
+        gone_id = gone.node_id()
+        gone.stop_agent()
+        out = rest[0].operator("node", "remove", gone.name)
+        assert out.returncode == 0, out.stderr
+        for node in rest:
+            wait_for(partial(_clean_of, vpps, node, gone, gone_id), 30,
+                     f"{gone.name} gone from {node.name}'s VPP and routes")
+        check_vpp_wireguard(vpps, rest)
+
+
+def published_key(node: Node) -> str:
+    return str(node.get("/v1/nodes")[1]["local"]["wireguard"]["publicKey"])
+
+
+def check_vpp_wireguard(vpps: VppNodes, nodes: list[Node]) -> None:
+    """VPP's own WireGuard carries the mesh: per node one interface with the node's published
+    key, from its interconnect address; a peer per remote node with that node's key, endpoint
+    its interconnect address, the keepalive on the side of the lower ID, allowed IPs its
+    subnets, VXLAN address and IPv6 next hop; pod-VRF routes to its subnets through the
+    interface, and from the main VRF (what the node sends) into the pod VRF. No tunnel, BVI or
+    VXLAN device; Linux routes only the remote VPP-host subnets
+    (the node's own traffic to remote pods goes through VPP, encrypted); the interconnect
+    carries the pod MTU (1420) plus WireGuard's 60 bytes."""
+    ids = {n.name: n.node_id() for n in nodes}
+    keys = {n.name: published_key(n) for n in nodes}
+    for node in nodes:
+        me, state = ids[node.name], held(vpps, node)
+        assert state["tunnels"] == state["fib"] == state["bvi"] == state["routes"] == [], state
+        assert state["wg"] == [f"port 51820 src 172.30.{me}.1 key {keys[node.name]}"], state
+        peers, routes = [], []
+        linux = " | ".join(state["linux"])
+        for other in nodes:
+            if other is node:
+                continue
+            i = ids[other.name]
+            allowed = sorted([f"10.1.{i}.0/24", f"172.30.{i}.0/24", f"192.168.30.{i}/32",
+                              f"fd00:10:0:{i:x}::/64", f"fe80::2b:0:{i:x}/128"])
+            peers.append(f"peer 172.30.{i}.1 port 51820 keepalive {25 if me < i else 0} "
+                         f"table 0 allowed {' '.join(allowed)} key {keys[other.name]}")
+            routes += [f"10.1.{i}.0/24 via 192.168.30.{i}", f"172.30.{i}.0/24 via 192.168.30.{i}",
+                       f"fd00:10:0:{i:x}::/64 via fe80::2b:0:{i:x}"]
+            assert f"172.30.{i}.0/24 via {other.node_ip} dev eth0 onlink" in linux, linux
+            assert f"10.1.{i}.0/24" not in linux, linux
+        assert state["peers"] == sorted(peers), state
+        assert state["wg_routes"] == sorted(routes), state
+        assert state["wg_main"] == sorted(  # pod subnets in the main VRF: via the pod VRF
+            s for i in ids.values() for s in (f"10.1.{i}.0/24", f"fd00:10:0:{i:x}::/64")), state
+        assert sh("ip", "-n", node.netns, "link", "show", "vxlan-vsw",
+                  check=False).returncode != 0
+        link = sh("ip", "-n", node.netns, "link", "show", "vpp1").stdout
+        assert " mtu 1480 " in link, link
 
 
 def test_vpp_with_l2_interconnect_routes_via_node_ips(tmp_path: Path) -> None:
@@ -286,12 +366,16 @@ def test_pods_reach_each_other_through_real_vpps(tmp_path: Path, owner: str) -> 
 @pytest.mark.vpp
 @pytest.mark.skipif(not REAL_VPP, reason="VSWITCH_TEST_VPP_START, VSWITCH_TEST_VPP_STOP and "
                     "VSWITCH_TEST_VPP_MESH_SOCKET are not set (no real VPPs to start)")
-def test_encrypted_pods_through_real_vpps(tmp_path: Path) -> None:
-    with vpp_cluster(tmp_path, real=True, Encryption="wireguard") as vpps:
+@pytest.mark.parametrize("owner", ["linux", "vpp"])
+def test_encrypted_pods_through_real_vpps(tmp_path: Path, owner: str) -> None:
+    with vpp_cluster(tmp_path, real=True, Encryption="wireguard", VXLANOwner=owner) as vpps:
         nodes = [vpps.add_node() for _ in range(2)]
         a, b = nodes[0].add_pod(), nodes[1].add_pod()
         wait_for(lambda: converged(nodes), 60, "WireGuard mesh of 2 real-VPP nodes")
-        check_wireguard_mesh(vpps, nodes)
+        if owner == "vpp":
+            check_vpp_wireguard(vpps, nodes)
+        else:
+            check_wireguard_mesh(vpps, nodes)
         wait_for(lambda: unreachable([a], [b]) == [], 15, "the first ping across")
         assert unreachable([a, b], [a, b]) == []
         marker = "vswitch-cni-cleartext-marker"
@@ -302,10 +386,17 @@ def test_encrypted_pods_through_real_vpps(tmp_path: Path) -> None:
                 sent = tcp_transfer(a.netns, b.ips[0], 7780, 256 * 1024, marker=marker)
                 assert sent.ok and sent.source == a.ips[0], sent
         assert cap.containing(marker.encode()) == []
-        kinds = {(f.proto, f.sport, f.dport)
-                 for f in cap.between({n.node_ip for n in nodes})}
+        # the node's WireGuard speaks from the node IPs, VPP's from its interconnect addresses
+        ends = ({n.node_ip for n in nodes} if owner == "linux"
+                else {f"172.30.{n.node_id()}.1" for n in nodes})
+        kinds = {(f.proto, f.sport, f.dport) for f in cap.between(ends)}
         assert kinds == {("udp", 51820, 51820)}, kinds
-        source = f"192.168.30.{nodes[0].node_id()}"  # the WireGuard device's address
+        pod_ips = set(a.ips + b.ips)
+        assert [f for f in cap.frames if {f.src, f.dst} & pod_ips] == []  # none in clear
+        # the masquerade picks the address of the way out: the WireGuard device's, or (VPP's
+        # own WireGuard) Linux's end of the VPP-host interconnect
+        me = nodes[0].node_id()
+        source = f"192.168.30.{me}" if owner == "linux" else f"172.30.{me}.2"
         assert service_to_the_other_node(nodes[0], a, b, source)
 
 

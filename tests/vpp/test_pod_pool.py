@@ -426,6 +426,23 @@ def test_a_pod_whose_waiting_end_was_moved_into_it_gets_that_end_taken_back(
     assert not netlink.link_exists("vsws0") and fake.log() == []
 
 
+def test_with_vpps_own_wireguard_the_waiting_end_completes_checksums(
+    fake: FakeVPP, driver_factory: Factory
+) -> None:
+    """VPP's wireguard plugin encrypts a packet whose checksum is still pending (the
+    interconnect then writes it into the ciphertext): the pods' packets must reach VPP with
+    their checksums done, which the macvlan's lower link does once its offload is off; its TSO
+    goes with it, in both families. The interconnect's Linux end likewise."""
+    dp = driver_factory(pod_pool=1, pod_tso4=False, pod_checksum=False)
+    assert dp.pool is not None
+    dp.pool.start(loop=False)
+    dp.start()
+    dp.pool.refill()
+    for feature in ("tx-checksum-ip-generic", "tx-tcp-segmentation", "tx-tcp6-segmentation"):
+        assert not ethtool.feature(None, "vsws0", feature), feature
+    assert not ethtool.feature(None, dp.cfg.host_ifname, "tx-checksum-ip-generic")
+
+
 def test_with_the_node_mesh_the_waiting_end_segments_ipv4_tcp(
     fake: FakeVPP, driver_factory: Factory
 ) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from agent.dataplane.vpp import afpacket, hostlink, interfaces, ip, names, neighbors, tap
 from agent.dataplane.vpp.api import VppApi
-from agent.dataplane.vpp.config import VppConfig
+from agent.dataplane.vpp.config import CHECKSUM_FEATURE, VppConfig
 from agent.linux import netlink
 from agent.model.pod import IPInterface
 
@@ -128,6 +128,8 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
         sw_if_index = afpacket.create(
             api, cfg.host_vpp_ifname, HOST_VPP_MAC, cfg.host_afpacket
         )
+    if not cfg.use_tap:
+        hostlink.ensure_checksum(cfg.host_ifname, CHECKSUM_FEATURE, cfg.pod_checksum)
     interfaces.set_tag(api, sw_if_index, names.HOST_TAG)
     _bind(api, sw_if_index, cfg.main_vrf_id, [cfg.vpp_host_ip])
     interfaces.set_mtu(api, sw_if_index, cfg.interconnect_mtu)

@@ -12,6 +12,9 @@ from agent.model.pod import IPInterface
 IFNAMSIZ = 15  # longest Linux interface name
 
 
+CHECKSUM_FEATURE = "tx-checksum-ip-generic"  # a veth's; off takes its TSO and GSO with it
+
+
 @dataclass(frozen=True)
 class VppConfig:
     """How the driver reaches VPP and wires pods (Contiv's names in the comments)."""
@@ -28,6 +31,10 @@ class VppConfig:
     host_mtu: int = 0
     # veth pods keep IPv4 TCP segmentation offload; off with the node mesh (veth_afpacket.py)
     pod_tso4: bool = True
+    # veth pods (and Linux's end of the interconnect) leave TCP/UDP checksums to VPP; off with
+    # VPP's own WireGuard, whose plugin encrypts a packet whose checksum is still pending, after
+    # which the interconnect writes that checksum into the ciphertext (docs/encryption.md)
+    pod_checksum: bool = True
     main_vrf_id: int = 0  # MainVRFID
     pod_vrf_id: int = 1  # PodVRFID
     pod_gateways: tuple[IPInterface, ...] = ()  # node pod subnets' gateways, e.g. 10.1.1.1/24
@@ -125,6 +132,12 @@ class VppConfig:
                 )
             if self.vpp_host_ip.ip == self.host_linux_ip.ip:
                 raise InvalidConfig("VPP config vpp_host_ip/host_linux_ip: must differ")
+
+    @property
+    def pod_features_off(self) -> tuple[str, ...]:
+        """The offloads (ethtool feature names) the device under a veth pod switches off."""
+        return ((() if self.pod_tso4 else ("tx-tcp-segmentation",))
+                + (() if self.pod_checksum else (CHECKSUM_FEATURE,)))
 
     @property
     def interconnect_mtu(self) -> int:

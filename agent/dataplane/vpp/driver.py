@@ -58,7 +58,7 @@ class VppDataplane:
         self.pool = None if settings is None else PodPool(
             self.api, self.links, settings, lambda: self._ensure().gateway_sw_if_index)
         self.veth = VethAfPacket(self.api, config.mtu, config.afpacket, self.links,
-                                 config.pod_tso4, self.pool)
+                                 config.pod_features_off, self.pool)
         self.mode: WiringMode = (
             TapV2(self.api, config.mtu, config.tap_rx_ring_size, config.tap_tx_ring_size,
                   config.vhost_net_path)

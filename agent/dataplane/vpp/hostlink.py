@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from agent.linux import netlink
+from agent.linux import ethtool, netlink
 from agent.model.errors import DataplaneFailure
 from agent.model.pod import IPInterface
 
@@ -33,6 +33,14 @@ def ensure_veth_pair(
                 )
             mac = host_mac if name == host_ifname else None
             links.set_link(index, up=True, alias=alias, mtu=mtu, mac=mac)
+
+
+def ensure_checksum(host_ifname: str, feature: str, on: bool) -> None:
+    """The Linux end's checksum offload as asked: off, the node's own packets into VPP carry
+    their checksums (VPP's own WireGuard, VppConfig.pod_checksum); on again otherwise."""
+    with netlink.translated(f"checksum offload of host link {host_ifname}"):
+        if ethtool.feature(None, host_ifname, feature) != on:
+            ethtool.set_feature(None, host_ifname, feature, on)
 
 
 def ensure_address_and_routes(

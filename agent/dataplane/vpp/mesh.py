@@ -46,7 +46,8 @@ from typing import Any
 from agent.dataplane.vpp import interfaces, ip, neighbors
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
 from agent.dataplane.vpp.names import BASE_TAG_PREFIX
-from agent.model.node import NodeInfo, link_local
+from agent.model.node import VXLAN_OVERHEAD, NodeInfo, link_local
+from agent.model.pod import IPInterface
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +101,12 @@ class VppMesh:
         """Changes when VPP was (re)connected: a restarted VPP has lost the mesh."""
         return int(self.api.generation)
 
-    def check_mtu(self, local: NodeInfo) -> None:
-        """VPP's encapsulated packets leave through the node's uplink: checked by the caller
-        with the kernel rule (agent/dataplane/kernel_mesh.py)."""
+    def overhead(self, local: NodeInfo) -> int:
+        """VXLAN's bytes over a pod's packet; the outer family is the VPP-host subnet's."""
+        return VXLAN_OVERHEAD[ipaddress.ip_network(local.vpp_host_subnet).version]
+
+    def describe(self, local: NodeInfo) -> str:
+        return f"VXLAN ({self.overhead(local)} bytes)"
 
     # ---- node-wide --------------------------------------------------------------------------
 
@@ -129,33 +133,16 @@ class VppMesh:
     def _settle_bvi(self, index: int, local: NodeInfo) -> None:
         """Everything the BVI needs, each step skipped when already done: the BVI is found by
         its tag, so one whose making failed half-way (a refusal, a kill) is completed by the
-        next try instead of being used as it is. Admin up comes last and marks it complete."""
-        tables = ip.tables(self.api)
-        for ipv6 in (False, True):
-            # The IPv6 next hops over the BVI (fe80::2b:0:<ID>) need the pod VRF in IPv6 too,
-            # also where pods are IPv4-only and the driver made only the IPv4 table: VPP
-            # refuses an interface into a table that does not exist.
-            if (self.pod_vrf_id, ipv6) not in tables:
-                ip.add_table(self.api, self.pod_vrf_id, ipv6, POD_TABLE_NAME)
-            if interfaces.get_table(self.api, index, ipv6) != self.pod_vrf_id:
-                interfaces.set_table(self.api, index, self.pod_vrf_id, ipv6)
-        address = ipaddress.ip_interface(f"{local.vxlan_ip}/{self.vxlan_prefixlen}")
-        if address not in interfaces.addresses(self.api, index):
-            interfaces.add_address(self.api, index, address)
-        try:
-            self.api.call("sw_interface_ip6_enable_disable", sw_if_index=index, enable=True)
-        except VppCallFailed as exc:
-            if exc.retval != interfaces.VALUE_EXIST:  # enabled by the try before: fine
-                raise
-        # A pod's TCP arrives in GSO packets of up to 64 KiB (AF_PACKET with offload): VPP
-        # must segment them as they are routed to the BVI, before the VXLAN encapsulation.
-        # Left whole, they leave VPP as one VXLAN packet flagged TCP GSO, which Linux then
-        # cuts wrongly (outer header fixed, inner one not). (Not on the tunnels: a VXLAN
-        # tunnel reports GSO support, so VPP's GSO node passes packets whole there.)
-        # Enabling it again (a try cut short after it) only counts one more reference.
-        self.api.call("feature_gso_enable_disable", sw_if_index=index, enable_disable=True,
-                      context="GSO on the mesh BVI")
-        interfaces.set_admin_up(self.api, index)
+        next try instead of being used as it is. Admin up comes last and marks it complete.
+
+        A pod's TCP arrives in GSO packets of up to 64 KiB (AF_PACKET with offload): VPP must
+        segment them as they are routed to the BVI, before the VXLAN encapsulation. Left
+        whole, they leave VPP as one VXLAN packet flagged TCP GSO, which Linux then cuts
+        wrongly (outer header fixed, inner one not). (Not on the tunnels: a VXLAN tunnel
+        reports GSO support, so VPP's GSO node passes packets whole there.)"""
+        settle_in_pod_vrf(self.api, index, self.pod_vrf_id,
+                          ipaddress.ip_interface(f"{local.vxlan_ip}/{self.vxlan_prefixlen}"),
+                          "the mesh BVI")
 
     def _bridge(self, bvi: int) -> None:
         domains = self.api.dump("bridge_domain_dump", bd_id=self.bd_id, sw_if_index=ANY)
@@ -187,7 +174,7 @@ class VppMesh:
             is_add=True, static_mac=True, filter_mac=False, bvi_mac=False,
             context=f"L2 FIB {remote.vxlan_mac} -> tunnel to {remote.name}",
         )
-        for subnet, hop in _routes(remote):
+        for subnet, hop in routes_to(remote):
             path = {**ip.via_interface(subnet, bvi), "nh": _next_hop(hop)}
             ip.add_route(self.api, self.pod_vrf_id, subnet, path)
 
@@ -233,6 +220,11 @@ class VppMesh:
             dst_port=VXLAN_PORT, mcast_sw_if_index=ANY, encap_vrf_id=held.encap_vrf_id,
             decap_next_index=ANY, vni=held.vni, is_l3=False,
         )
+
+    def missing(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[NodeInfo]:
+        """The nodes of `keep` whose tunnel VPP does not hold (a restarted VPP)."""
+        held = {t.node_id: t.dst for t in self.tunnels()}
+        return [n for n in keep if held.get(n.node_id) != tunnel_endpoint(n)]
 
     def unprogram(
         self, local: NodeInfo, remote: NodeInfo, keep: Collection[NodeInfo] = ()
@@ -314,8 +306,8 @@ class VppMesh:
     def _prune_routes(
         self, bvi: int, wanted: dict[int, NodeInfo], of: NodeInfo | None
     ) -> list[str]:
-        keep = {str(s) for n in wanted.values() for s, _ in _routes(n)}
-        mine = None if of is None else {str(s) for s, _ in _routes(of)}
+        keep = {str(s) for n in wanted.values() for s, _ in routes_to(n)}
+        mine = None if of is None else {str(s) for s, _ in routes_to(of)}
         out = []
         for ipv6 in (False, True):
             for prefix, route in ip.routes(self.api, self.pod_vrf_id, ipv6).items():
@@ -328,7 +320,34 @@ class VppMesh:
         return out
 
 
-def _routes(remote: NodeInfo) -> list[tuple[ip.IPNetwork, str]]:
+def settle_in_pod_vrf(api: VppApi, index: int, pod_vrf_id: int, address: IPInterface,
+                      what: str) -> None:
+    """A mesh interface (the BVI, VPP's WireGuard interface) in the pod VRF in both families,
+    with `address`, IPv6 on, GSO (VPP segments GSO packets routed to it) and up: each step
+    skipped when done, so a making cut short is completed by the next; up comes last."""
+    tables = ip.tables(api)
+    for ipv6 in (False, True):
+        # The IPv6 next hops over it (fe80::2b:0:<ID>) need the pod VRF in IPv6 too, also
+        # where pods are IPv4-only and the driver made only the IPv4 table: VPP refuses an
+        # interface into a table that does not exist.
+        if (pod_vrf_id, ipv6) not in tables:
+            ip.add_table(api, pod_vrf_id, ipv6, POD_TABLE_NAME)
+        if interfaces.get_table(api, index, ipv6) != pod_vrf_id:
+            interfaces.set_table(api, index, pod_vrf_id, ipv6)
+    if address not in interfaces.addresses(api, index):
+        interfaces.add_address(api, index, address)
+    try:
+        api.call("sw_interface_ip6_enable_disable", sw_if_index=index, enable=True)
+    except VppCallFailed as exc:
+        if exc.retval != interfaces.VALUE_EXIST:  # enabled by the try before: fine
+            raise
+    # Enabling it again (a try cut short after it) only counts one more reference.
+    api.call("feature_gso_enable_disable", sw_if_index=index, enable_disable=True,
+             context=f"GSO on {what}")
+    interfaces.set_admin_up(api, index)
+
+
+def routes_to(remote: NodeInfo) -> list[tuple[ip.IPNetwork, str]]:
     """(subnet, next hop) of every pod-VRF route towards `remote`."""
     out: list[tuple[ip.IPNetwork, str]] = []
     for text in (*remote.pod_subnets, remote.vpp_host_subnet):

@@ -40,7 +40,9 @@ class PoolSettings:
     rings: afpacket.RingOptions
     pod_vrf_id: int
     families: tuple[bool, ...]  # ipv6 flags of the node's pod families
-    tso4: bool = True  # False: the waiting end segments the pods' IPv4 TCP (the node mesh)
+    # offloads the waiting end switches off (VppConfig.pod_features_off): IPv4 TSO with the
+    # node mesh (it segments the pods' IPv4 TCP), checksums with VPP's own WireGuard
+    features_off: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, config: VppConfig) -> PoolSettings | None:
@@ -49,7 +51,7 @@ class PoolSettings:
             return None
         families = tuple(sorted({g.version == 6 for g in config.pod_gateways}))
         return cls(config.pod_pool, config.spare_link_prefix, config.mtu, config.afpacket,
-                   config.pod_vrf_id, families, config.pod_tso4)
+                   config.pod_vrf_id, families, config.pod_features_off)
 
 
 def macvlans_work(size: int) -> bool:
@@ -99,10 +101,11 @@ def new_spare(api: VppApi, links: PodLinks, cfg: PoolSettings, host: str, peer: 
     except BaseException:
         links.release(host)
         raise
-    if not cfg.tso4:
+    if cfg.features_off:
         try:
-            with netlink.translated(f"switching IPv4 TSO off on {peer}"):
-                ethtool.set_feature(None, peer, "tx-tcp-segmentation", False)
+            with netlink.translated(f"switching {', '.join(cfg.features_off)} off on {peer}"):
+                for feature in cfg.features_off:
+                    ethtool.set_feature(None, peer, feature, False)
         except BaseException:
             links.delete(host)
             raise

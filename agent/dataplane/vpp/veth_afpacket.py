@@ -52,13 +52,13 @@ class VethAfPacket:
 
     def __init__(
         self, api: VppApi, mtu: int, rings: afpacket.RingOptions, links: PodLinks,
-        pod_tso4: bool = True, pool: PodPool | None = None,
+        features_off: tuple[str, ...] = (), pool: PodPool | None = None,
     ) -> None:
         self.api = api
         self.mtu = mtu
         self.rings = rings
         self.links = links
-        self.pod_tso4 = pod_tso4
+        self.features_off = features_off  # VppConfig.pod_features_off
         self.pool = pool
         self.reaper = LinkReaper(delete=links.delete)  # DEL's veths, once VPP let go of them
 
@@ -220,23 +220,27 @@ class VethAfPacket:
         except BaseException:
             self.links.release(host)
             raise
-        if not self.pod_tso4:
+        if self.features_off:
             try:
-                self._tso4_off(pod)
+                self._offloads_off(pod)
             except BaseException:
                 self.links.delete(host)
                 raise
         return True
 
-    @staticmethod
-    def _tso4_off(pod: PodNetwork) -> None:
-        """The pod's kernel segments its IPv4 TCP itself (GSO in software, before the veth).
-        VPP 26.06 segments an IPv4 GSO packet read by AF_PACKET as if it were IPv6 (its GSO
-        code takes the family from the IP-checksum offload flag, which AF_PACKET input never
-        sets), so with the node mesh, where VPP must segment before the VXLAN encapsulation,
-        large IPv4 TCP packets would leave broken. IPv6 keeps its offload."""
-        with netlink.translated(f"switching IPv4 TSO off on {pod.key.ifname} in the pod"):
-            ethtool.set_feature(pod.netns, pod.key.ifname, "tx-tcp-segmentation", False)
+    def _offloads_off(self, pod: PodNetwork) -> None:
+        """The pod's kernel does itself what it would leave to the device (`features_off`):
+        - IPv4 TSO (the node mesh): VPP 26.06 segments an IPv4 GSO packet read by AF_PACKET as
+          if it were IPv6 (its GSO code takes the family from the IP-checksum offload flag,
+          which AF_PACKET input never sets), so where VPP must segment before the VXLAN
+          encapsulation, large IPv4 TCP packets would leave broken. IPv6 keeps its offload.
+        - checksums (VPP's own WireGuard): the plugin encrypts a packet whose checksum offload
+          is still pending, and the interconnect then writes that checksum into the ciphertext
+          (docs/encryption.md). Without checksum offload the veth has no TSO either."""
+        what = ", ".join(self.features_off)
+        with netlink.translated(f"switching {what} off on {pod.key.ifname} in the pod"):
+            for feature in self.features_off:
+                ethtool.set_feature(pod.netns, pod.key.ifname, feature, False)
 
     def _host(self, pod: PodNetwork, wiring: Wiring | None) -> str | None:
         """The pod's host end: the record's, else the link tagged with the pod's tag, else an
