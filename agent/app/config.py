@@ -356,6 +356,7 @@ def parse(data: object, env: Mapping[str, str] | None = None) -> AgentConfig:
     _check_etcd_tls(values)
     parsers.check_service_translation(values)
     parsers.check_encryption(values)
+    parsers.check_rings(values)
     binds, http_warnings = parsers.http_binds(values.get("http_address", AgentConfig.http_address),
                                        values.get("node_ip", ""), env)
     values["http_binds"] = binds

@@ -11,9 +11,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from agent.model.node import WIREGUARD_OVERHEAD
+
 # the pod MTU with Encryption: wireguard and no MTUSize: a 1500-byte uplink less WireGuard's
 # overhead over IPv6 (80 bytes; 60 over IPv4)
 WIREGUARD_POD_MTU = 1420
+# an AF_PACKET frame's own bytes before the packet: the tpacket2 header with its sockaddr_ll
+# (TPACKET_ALIGN'd, 64 at most), the virtio-net header (10) and the Ethernet header (14), rounded
+FRAME_HEADROOM = 128
+PACKET_RING_FRAMES = 512  # frames per ring where each frame holds one packet of the MTU
 
 
 class ConfigError(Exception):
@@ -241,15 +247,36 @@ def check_encryption(values: dict[str, Any]) -> None:
     mode = values.get("encryption", "off")
     if mode == "off":
         return
-    in_vpp = (values.get("dataplane", "kernel") == "vpp"
-              and values.get("vxlan_owner", "linux") == "vpp"
-              and not values.get("use_l2_interconnect", False))
-    if in_vpp and mode == "wireguard-permissive":
+    if _mesh_in_vpp(values) and mode == "wireguard-permissive":
         raise ConfigError("Encryption", mode, "needs VXLANOwner: linux with Dataplane: vpp (VPP's "
                           "own WireGuard has no clear-text fallback to nodes without a key; roll "
                           "encryption out with VXLANOwner: linux, docs/encryption.md), so this "
                           "node does not start")
     values.setdefault("mtu", WIREGUARD_POD_MTU)
+
+
+def _mesh_in_vpp(values: Mapping[str, Any]) -> bool:
+    """Whether VPP encapsulates traffic to other nodes itself (AgentConfig.vxlan_in_vpp)."""
+    return (values.get("dataplane", "kernel") == "vpp"
+            and values.get("vxlan_owner", "linux") == "vpp"
+            and not values.get("use_l2_interconnect", False))
+
+
+def check_rings(values: dict[str, Any]) -> None:
+    """With VPP's own WireGuard the pods send no GSO packets (their checksum offload, and with
+    it their TSO, is off: VppConfig.pod_checksum), nor does the node into VPP: every frame of
+    the AF_PACKET rings holds one packet of at most the MTU. The rings' defaults then become
+    frames of that size (at least 2048 bytes) and 512 of them, 1 MiB a ring at MTU 1420: a
+    64-KiB frame each would waste the memory, and the 14 or 16 of the defaults overflow at the
+    first burst (docs/encryption.md, "Cost": TCP across nodes went from 0.09 to 0.4-0.5
+    Gbit/s). Keys that are set stay as set."""
+    if values.get("encryption", "off") == "off" or not _mesh_in_vpp(values):
+        return
+    largest = int(values.get("mtu", WIREGUARD_POD_MTU)) + max(WIREGUARD_OVERHEAD.values())
+    values.setdefault("afpacket_frame_size", max(2048, -(-(largest + FRAME_HEADROOM) // 16) * 16))
+    for key in ("afpacket_rx_frames", "afpacket_tx_frames", "afpacket_host_rx_frames",
+                "afpacket_host_tx_frames"):
+        values.setdefault(key, PACKET_RING_FRAMES)
 
 
 def service_translation(key: str, v: object) -> str:

@@ -374,6 +374,13 @@ def test_encryption_keys_defaults_and_refusals() -> None:
     own = parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": "vpp",
                  "Encryption": "wireguard"}, env={})  # VPP's own wireguard plugin
     assert (own.encryption, own.vxlan_in_vpp, own.mtu) == ("wireguard", True, 1420)
+    # no GSO from pods then: rings of 512 packet-sized frames, unless set
+    assert (own.afpacket_frame_size, own.afpacket_rx_frames, own.afpacket_tx_frames,
+            own.afpacket_host_rx_frames, own.afpacket_host_tx_frames) == (2048, 512, 512, 512, 512)
+    jumbo = parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": "vpp", "MTUSize": 8900,
+                   "Encryption": "wireguard", "AfPacketRxFrames": 64}, env={})
+    assert (jumbo.afpacket_frame_size, jumbo.afpacket_rx_frames) == (9120, 64)  # 8900+80+128
+    assert (vpp.afpacket_frame_size, vpp.afpacket_rx_frames) == (67584, 14)  # GSO frames
     with pytest.raises(ConfigError, match=r"'Encryption' = 'wireguard-permissive'.*VXLANOwner: "
                        r"linux.*no clear-text fallback"):
         parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": "vpp",
