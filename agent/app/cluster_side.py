@@ -28,7 +28,7 @@ from ipam import NodeNetworks
 
 if TYPE_CHECKING:
     from agent.dataplane.vpp.node_mesh import VppNodeMesh
-    from agent.dataplane.vpp.wireguard import VppWireGuard
+    from agent.dataplane.vpp.wireguard import VppPermissive, VppWireGuard
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def _mesh(
     from agent.dataplane.vpp.driver import VppDataplane
     from agent.dataplane.vpp.mesh import VppMesh
     from agent.dataplane.vpp.node_mesh import VppNodeMesh
-    from agent.dataplane.vpp.wireguard import VppWireGuard
+    from agent.dataplane.vpp.wireguard import VppPermissive, VppWireGuard
 
     if not isinstance(dataplane, VppDataplane):
         raise TypeError(f"the {cfg.dataplane} mesh needs the VPP driver, got {dataplane!r}")
@@ -153,7 +153,7 @@ def _mesh(
     vxlan = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
                     cfg.vxlan_vni)
     wireguard = VppWireGuard(dataplane.api, key_file(cfg), cfg.wireguard_port, cfg.pod_vrf_id,
-                             cfg.main_vrf_id)
+                             cfg.main_vrf_id, cfg.mtu)
     if not cfg.vxlan_in_vpp:
         return VppNodeMesh(dataplane, _linux_mesh(cfg), None, cfg.mtu, stale=(vxlan, wireguard))
     if cfg.main_vrf_id == cfg.pod_vrf_id:
@@ -163,11 +163,13 @@ def _mesh(
             f"MainVRFID and PodVRFID are both {cfg.main_vrf_id}: VPP's VXLAN mesh needs two",
             "give PodVRFID another table ID (default 1), or set VXLANOwner: linux",
         )
-    if cfg.encryption == "wireguard":
+    if cfg.encryption != "off":
         # Linux routes only the remote VPP-host subnets (where VPP's encrypted packets go); the
         # node's own traffic to remote pods goes into VPP, to be encrypted there.
         linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
                            route_vpp_host=True, route_pods=False)
+        if cfg.encryption == "wireguard-permissive":
+            return VppNodeMesh(dataplane, linux, VppPermissive(wireguard, vxlan), cfg.mtu)
         return VppNodeMesh(dataplane, linux, wireguard, cfg.mtu, stale=(vxlan,))
     linux = KernelMesh(cfg.mtu, cfg.vxlan_interface, cfg.vxlan_vni, l2_interconnect=True,
                        route_vpp_host=True)
@@ -202,13 +204,15 @@ def key_file(cfg: AgentConfig) -> KeyFile:
     return KeyFile(Path(cfg.state_dir) / "wireguard.key")
 
 
-def wireguard_of(mesh: object) -> WireGuardMesh | PermissiveMesh | VppWireGuard | None:
+def wireguard_of(
+    mesh: object,
+) -> WireGuardMesh | PermissiveMesh | VppWireGuard | VppPermissive | None:
     """The WireGuard mesh inside `mesh`: itself, a VPP node's Linux half, or VPP's own
     WireGuard; None: clear."""
     vpp = getattr(mesh, "vpp", None)
     loaded = sys.modules.get("agent.dataplane.vpp.wireguard")  # a kernel agent never loads it
-    if loaded is not None and isinstance(vpp, loaded.VppWireGuard):
-        found: VppWireGuard = vpp
+    if loaded is not None and isinstance(vpp, loaded.VppWireGuard | loaded.VppPermissive):
+        found: VppWireGuard | VppPermissive = vpp
         return found
     linux = getattr(mesh, "linux", mesh)
     return linux if isinstance(linux, WireGuardMesh | PermissiveMesh) else None

@@ -242,16 +242,10 @@ def wireguard_implementation(key: str, v: object) -> str:
 def check_encryption(values: dict[str, Any]) -> None:
     """`Encryption` needs a pod MTU that leaves room for WireGuard: without MTUSize, 1420 (a
     1500-byte uplink in either family). With `Dataplane: vpp` and `VXLANOwner: vpp`, VPP's own
-    wireguard plugin encrypts (`wireguard` only: the rollout's `wireguard-permissive` runs the
-    node's Linux meshes, so it needs VXLANOwner linux)."""
+    wireguard plugin encrypts (agent/dataplane/vpp/wireguard.py)."""
     mode = values.get("encryption", "off")
     if mode == "off":
         return
-    if _mesh_in_vpp(values) and mode == "wireguard-permissive":
-        raise ConfigError("Encryption", mode, "needs VXLANOwner: linux with Dataplane: vpp (VPP's "
-                          "own WireGuard has no clear-text fallback to nodes without a key; roll "
-                          "encryption out with VXLANOwner: linux, docs/encryption.md), so this "
-                          "node does not start")
     values.setdefault("mtu", WIREGUARD_POD_MTU)
 
 

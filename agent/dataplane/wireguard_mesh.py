@@ -46,6 +46,7 @@ from agent.model.errors import DataplaneFailure
 from agent.model.node import WIREGUARD_OVERHEAD, NodeInfo, fingerprint
 
 log = logging.getLogger(__name__)
+SESSION_SECONDS = 180  # a session with no handshake for this long is gone (WireGuard's rekey)
 
 
 class WireGuardMesh:
@@ -286,6 +287,7 @@ class WireGuardMesh:
             "fingerprint": fingerprint(p.public_key),
             "endpoint": p.endpoint,
             "allowedIPs": list(p.allowed_ips),
+            "established": p.latest_handshake > 0 and at - p.latest_handshake < SESSION_SECONDS,
             "latestHandshake": p.latest_handshake,
             "rxBytes": p.rx_bytes,
             "txBytes": p.tx_bytes,
@@ -301,35 +303,34 @@ class WireGuardMesh:
         }
 
 
-class PermissiveMesh:
-    """`Encryption: wireguard-permissive`, for turning encryption on (or off) in a running
-    cluster: WireGuard to every node that publishes a key, clear VXLAN to the others, and both
-    devices up, so that a node still in clear reaches this one and the other way round.
+class BothMeshes:
+    """The rollout's middle step (`Encryption: wireguard-permissive`), whoever carries the two
+    meshes (Linux: PermissiveMesh; VPP: vpp/wireguard.VppPermissive): WireGuard to every node
+    that publishes a key, clear VXLAN to the others, both up, so that a node still in clear
+    reaches this one and the other way round.
 
     A remote node's prefixes are routed by exactly one of the two meshes: programming it in one
     replaces the routes the other held (same prefixes, replace semantics) and then removes the
-    other's remaining objects (FDB, neighbors; or the peer)."""
+    other's remaining objects (FDB, neighbors, tunnel; or the peer)."""
 
-    def __init__(self, wireguard: WireGuardMesh, vxlan: KernelMesh) -> None:
+    wireguard: Any  # the WireGuard half: program, unprogram, prepare, refresh_local, view, key
+    vxlan: Any  # the clear half: program, unprogram
+
+    def __init__(self, wireguard: Any, vxlan: Any) -> None:
         self.wireguard = wireguard
         self.vxlan = vxlan
-        self.device = wireguard.device
-        self.key = wireguard.key
-
-    def uplink(self, local: NodeInfo) -> Uplink | None:
-        return find_uplink(local)
-
-    def check_mtu(self, local: NodeInfo) -> None:
-        self.wireguard.check_mtu(local)  # the larger overhead of the two
+        self.key: KeyFile = wireguard.key
 
     def prepare(self, local: NodeInfo) -> None:
         self.wireguard.prepare(local)
 
     def refresh_local(self, local: NodeInfo) -> NodeInfo | None:
-        return self.wireguard.refresh_local(local)
+        fresh: NodeInfo | None = self.wireguard.refresh_local(local)
+        return fresh
 
     def view(self, local: NodeInfo, remotes: Collection[NodeInfo]) -> dict[str, Any]:
-        return self.wireguard.view(local, remotes)
+        seen: dict[str, Any] = self.wireguard.view(local, remotes)
+        return seen
 
     def program(self, local: NodeInfo, remote: NodeInfo) -> None:
         if remote.wg_public_key:
@@ -338,11 +339,33 @@ class PermissiveMesh:
         else:
             self.vxlan.program(local, remote)
             self.wireguard.unprogram(local, remote)
+            self.programmed_clear(remote)
+
+    def programmed_clear(self, remote: NodeInfo) -> None:
+        """What a node in clear needs beyond the clear mesh's own objects (none here)."""
 
     def unprogram(self, local: NodeInfo, remote: NodeInfo,
                   keep: Collection[NodeInfo] = ()) -> list[str]:
-        return (self.wireguard.unprogram(local, remote, keep)
-                + self.vxlan.unprogram(local, remote, keep))
+        removed: list[str] = self.wireguard.unprogram(local, remote, keep)
+        clear: list[str] = self.vxlan.unprogram(local, remote, keep)
+        return removed + clear
+
+
+class PermissiveMesh(BothMeshes):
+    """`BothMeshes` in Linux: the WireGuard device and the VXLAN device."""
+
+    wireguard: WireGuardMesh
+    vxlan: KernelMesh
+
+    def __init__(self, wireguard: WireGuardMesh, vxlan: KernelMesh) -> None:
+        super().__init__(wireguard, vxlan)
+        self.device = wireguard.device
+
+    def uplink(self, local: NodeInfo) -> Uplink | None:
+        return find_uplink(local)
+
+    def check_mtu(self, local: NodeInfo) -> None:
+        self.wireguard.check_mtu(local)  # the larger overhead of the two
 
     def prune(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[str]:
         encrypted = [n for n in keep if n.wg_public_key]
@@ -366,4 +389,4 @@ def _delete_route(links: Session, index: int, prefix: str) -> bool:
     return links.delete_route(prefix, index, None, RTPROT_MESH, scope=RT_SCOPE_LINK)
 
 
-__all__ = ["PermissiveMesh", "WireGuardMesh", "allowed_ips"]
+__all__ = ["BothMeshes", "PermissiveMesh", "WireGuardMesh", "allowed_ips"]

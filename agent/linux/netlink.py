@@ -171,6 +171,12 @@ def links_with_alias_prefix(prefix: str) -> dict[str, str]:
                 if link.alias and link.alias.startswith(prefix)}
 
 
+def link_names_with_prefix(prefix: str) -> list[str]:
+    """Host-namespace links whose name starts with `prefix`, sorted."""
+    with host_reader() as reader, translated("listing links"):
+        return sorted(link.name for link in reader.links() if link.name.startswith(prefix))
+
+
 FORWARDING = {4: "/proc/sys/net/ipv4/ip_forward", 6: "/proc/sys/net/ipv6/conf/all/forwarding"}
 
 

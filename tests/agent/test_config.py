@@ -381,10 +381,9 @@ def test_encryption_keys_defaults_and_refusals() -> None:
                    "Encryption": "wireguard", "AfPacketRxFrames": 64}, env={})
     assert (jumbo.afpacket_frame_size, jumbo.afpacket_rx_frames) == (9120, 64)  # 8900+80+128
     assert (vpp.afpacket_frame_size, vpp.afpacket_rx_frames) == (67584, 14)  # GSO frames
-    with pytest.raises(ConfigError, match=r"'Encryption' = 'wireguard-permissive'.*VXLANOwner: "
-                       r"linux.*no clear-text fallback"):
-        parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": "vpp",
-               "Encryption": "wireguard-permissive"}, env={})
+    rollout = parse({"NodeName": "n", "Dataplane": "vpp", "VXLANOwner": "vpp",
+                     "Encryption": "wireguard-permissive"}, env={})
+    assert (rollout.encryption, rollout.afpacket_rx_frames) == ("wireguard-permissive", 512)
     with pytest.raises(ConfigError, match=r"'WireGuardImplementation' = 'boringtun'"):
         parse({"NodeName": "n", "WireGuardImplementation": "boringtun"}, env={})
     with pytest.raises(ConfigError, match=r"'WireGuardPort' = 0"):

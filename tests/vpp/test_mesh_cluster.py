@@ -280,6 +280,39 @@ def test_vpp_mesh_encrypted_by_vpps_own_wireguard_with_fake_vpps(tmp_path: Path)
         check_vpp_wireguard(vpps, rest)
 
 
+def test_vpp_own_mesh_rolls_out_through_permissive_with_fake_vpps(tmp_path: Path) -> None:
+    """docs/encryption.md's rollout with VXLANOwner: vpp: each node restarted to
+    wireguard-permissive, then to wireguard. A permissive node keeps VPP's VXLAN tunnel to a
+    node still in clear and has VPP's WireGuard peer with one that publishes a key; the node's
+    own traffic reaches remote pods through VPP either way (main-VRF routes into the pod VRF)."""
+    with vpp_cluster(tmp_path, real=False, VXLANOwner="vpp") as vpps:
+        nodes = [vpps.add_node() for _ in range(2)]
+        wait_for(lambda: converged(nodes), 30, "VPP's VXLAN mesh of 2 nodes")
+        check_programmed(vpps, nodes)
+        first, second = nodes
+        one, two = first.node_id(), second.node_id()
+        restart_with(first, "wireguard-permissive")
+        wait_for(lambda: converged(nodes), 30, "node 1 permissive, node 2 clear")
+        state = held(vpps, first)
+        assert state["tunnels"] == [f"172.30.{one}.1 -> 172.30.{two}.1 vni 10 node {two}"], state
+        assert len(state["wg"]) == 1 and state["peers"] == [], state  # node 2 has no key yet
+        assert f"10.1.{two}.0/24" in state["routes"] and f"10.1.{two}.0/24" in state["wg_main"]
+        restart_with(second, "wireguard-permissive")
+        wait_for(lambda: all(held(vpps, n)["tunnels"] == [] and len(held(vpps, n)["peers"]) == 1
+                             for n in nodes), 30, "both permissive: WireGuard between them")
+        for node in nodes:
+            restart_with(node, "wireguard")
+        wait_for(lambda: converged(nodes), 30, "both encrypted")
+        wait_for(lambda: all(held(vpps, n)["bvi"] == [] for n in nodes), 15, "the BVIs gone")
+        check_vpp_wireguard(vpps, nodes)
+
+
+def restart_with(node: Node, encryption: str) -> None:
+    node.stop_agent()
+    node.extra["Encryption"] = encryption
+    node.start_agent()
+
+
 def published_key(node: Node) -> str:
     return str(node.get("/v1/nodes")[1]["local"]["wireguard"]["publicKey"])
 

@@ -443,6 +443,24 @@ def test_with_vpps_own_wireguard_the_waiting_end_completes_checksums(
     assert not ethtool.feature(None, dp.cfg.host_ifname, "tx-checksum-ip-generic")
 
 
+def test_waiting_ends_made_before_are_switched_when_the_agent_starts(
+    fake: FakeVPP, driver_factory: Factory
+) -> None:
+    """Encryption turned on in VPP (a restart with pod_checksum off): the waiting ends of the
+    pods made before get their checksum offload switched off too, else their TCP through VPP's
+    WireGuard would fail to decrypt on the other node."""
+    before = driver_factory(pod_pool=1)
+    assert before.pool is not None
+    before.pool.start(loop=False)
+    before.start()
+    before.pool.refill()
+    assert ethtool.feature(None, "vsws0", "tx-checksum-ip-generic")
+    after = driver_factory(pod_pool=0, pod_tso4=False, pod_checksum=False)
+    after.start()
+    for feature in ("tx-checksum-ip-generic", "tx-tcp-segmentation", "tx-tcp6-segmentation"):
+        assert not ethtool.feature(None, "vsws0", feature), feature
+
+
 def test_with_the_node_mesh_the_waiting_end_segments_ipv4_tcp(
     fake: FakeVPP, driver_factory: Factory
 ) -> None:

@@ -27,6 +27,9 @@ from vpp_papi import VPPApiClient
 from agent.model.errors import DataplaneFailure, TryAgainLater
 
 log = logging.getLogger(__name__)
+# vpp-papi logs every request with all its fields at DEBUG, a WireGuard private key among them
+# (wireguard.py): its loggers stay at INFO whatever the agent's level.
+logging.getLogger("vpp_papi").setLevel(logging.INFO)
 
 # vnet/error.h: the retvals the driver can meet, with VPP's own wording.
 RETVALS: dict[int, str] = {

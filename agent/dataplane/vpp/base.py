@@ -148,6 +148,7 @@ def ensure_host_link(api: VppApi, cfg: VppConfig) -> int | None:
         [str(s) for s in (*cfg.pod_subnets, *cfg.routed_cluster_ranges)],
         VPP_HOST_LL, HOST_VPP_MAC, cfg.interconnect_mtu, cfg.mtu,
         unrouted=[str(s) for s in cfg.cluster_ranges if s not in cfg.routed_cluster_ranges],
+        vpp_ifname=None if cfg.use_tap else cfg.host_vpp_ifname,
     )
     return sw_if_index
 

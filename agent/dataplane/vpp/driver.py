@@ -31,7 +31,7 @@ from agent.dataplane.vpp import (
 from agent.dataplane.vpp.api import VppApi, VppCalls
 from agent.dataplane.vpp.config import VppConfig
 from agent.dataplane.vpp.modes import Port, WiringMode
-from agent.dataplane.vpp.pairs import macvlans_work
+from agent.dataplane.vpp.pairs import macvlans_work, settle_waiting_ends
 from agent.dataplane.vpp.podlinks import PodLinks
 from agent.dataplane.vpp.podpool import PodPool, PoolSettings
 from agent.dataplane.vpp.tapv2 import TapV2
@@ -74,6 +74,11 @@ class VppDataplane:
         self.mode.check_usable()
         self._require_plugins()
         self._ensure()
+        if self.cfg.pod_features_off and not self.cfg.use_tap:
+            switched = settle_waiting_ends(self.cfg.spare_link_prefix, self.cfg.pod_features_off)
+            if switched:
+                log.info("pods made before: %s switched off on their waiting ends (%s)",
+                         ", ".join(self.cfg.pod_features_off), ", ".join(switched))
         if self.pool is not None and not macvlans_work(self.cfg.pod_pool):
             self.pool = self.veth.pool = None  # pods made as with VppPodPool 0
         if self.pool is not None:

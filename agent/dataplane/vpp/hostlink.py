@@ -46,7 +46,7 @@ def ensure_checksum(host_ifname: str, feature: str, on: bool) -> None:
 def ensure_address_and_routes(
     host_ifname: str, address: IPInterface, via: IPInterface, subnets: list[str],
     via6: ipaddress.IPv6Address, vpp_mac: str, link_mtu: int, pod_mtu: int,
-    unrouted: list[str] | None = None,
+    unrouted: list[str] | None = None, vpp_ifname: str | None = None,
 ) -> None:
     """`address` on the Linux end, and a route to each pod subnet via VPP's end: its address
     of that family, or its link-local address `via6` for IPv6 subnets over an IPv4 link.
@@ -56,8 +56,10 @@ def ensure_address_and_routes(
     the node's main address when it answers a pod, and VPP drops an ARP request whose sender is
     not on the interconnect's subnet, so the entry fails and the answer is never sent.
 
-    The link's MTU (`link_mtu`) makes room for VPP's VXLAN packets; the routes to the pods
-    carry the pods' MTU, so the node answers a too-large packet for a pod itself, as before.
+    The link's MTU (`link_mtu`) makes room for VPP's VXLAN (or WireGuard) packets, on both ends
+    of a veth link (`vpp_ifname`, VPP's end: the kernel drops what VPP sends there above its
+    MTU, so a changed mesh, a restart with encryption, must raise it too); the routes to the
+    pods carry the pods' MTU, so the node answers a too-large packet for a pod itself.
     `unrouted`: subnets whose route over the link (an earlier config's) must go."""
     with netlink.host_session() as links, netlink.translated(
         f"host link {host_ifname} addressing"
@@ -66,6 +68,9 @@ def ensure_address_and_routes(
         if index is None:
             raise DataplaneFailure(f"host link {host_ifname} is missing")
         links.set_link(index, up=True, mtu=link_mtu)
+        peer = links.ifindex(vpp_ifname) if vpp_ifname else None
+        if peer is not None:
+            links.set_link(peer, mtu=link_mtu)
         # the kernel's duplicate address detection left on, as this link always had it
         links.add_address(index, address, nodad=False)
         gateways = [

@@ -320,11 +320,12 @@ class VppMesh:
         return out
 
 
-def settle_in_pod_vrf(api: VppApi, index: int, pod_vrf_id: int, address: IPInterface,
+def settle_in_pod_vrf(api: VppApi, index: int, pod_vrf_id: int, address: IPInterface | int,
                       what: str) -> None:
     """A mesh interface (the BVI, VPP's WireGuard interface) in the pod VRF in both families,
-    with `address`, IPv6 on, GSO (VPP segments GSO packets routed to it) and up: each step
-    skipped when done, so a making cut short is completed by the next; up comes last."""
+    with `address` (or unnumbered to the interface of that sw_if_index), IPv6 on, GSO (VPP
+    segments GSO packets routed to it) and up: each step skipped when done, so a making cut
+    short is completed by the next; up comes last."""
     tables = ip.tables(api)
     for ipv6 in (False, True):
         # The IPv6 next hops over it (fe80::2b:0:<ID>) need the pod VRF in IPv6 too, also
@@ -334,7 +335,10 @@ def settle_in_pod_vrf(api: VppApi, index: int, pod_vrf_id: int, address: IPInter
             ip.add_table(api, pod_vrf_id, ipv6, POD_TABLE_NAME)
         if interfaces.get_table(api, index, ipv6) != pod_vrf_id:
             interfaces.set_table(api, index, pod_vrf_id, ipv6)
-    if address not in interfaces.addresses(api, index):
+    if isinstance(address, int):
+        if interfaces.unnumbered_to(api, index) != address:
+            interfaces.set_unnumbered(api, index, address)
+    elif address not in interfaces.addresses(api, index):
         interfaces.add_address(api, index, address)
     try:
         api.call("sw_interface_ip6_enable_disable", sw_if_index=index, enable=True)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from agent.dataplane.kernel_mesh import KernelMesh
 from agent.dataplane.vpp.mesh import VppMesh
-from agent.dataplane.vpp.wireguard import VppWireGuard
+from agent.dataplane.vpp.wireguard import VppPermissive, VppWireGuard
 from agent.dataplane.wireguard_mesh import PermissiveMesh, WireGuardMesh
 from agent.model.errors import InvalidConfig
 from agent.model.node import NodeInfo
@@ -50,7 +50,7 @@ class VppNodeMesh:
 
     def __init__(
         self, driver: VppDataplane, linux: KernelMesh | WireGuardMesh | PermissiveMesh,
-        vpp: VppMesh | VppWireGuard | None, pod_mtu: int,
+        vpp: VppMesh | VppWireGuard | VppPermissive | None, pod_mtu: int,
         stale: tuple[VppMesh | VppWireGuard, ...] = (),
     ) -> None:
         self.driver = driver

@@ -54,6 +54,20 @@ class PoolSettings:
                    config.pod_vrf_id, families, config.pod_features_off)
 
 
+def settle_waiting_ends(prefix: str, features_off: tuple[str, ...]) -> list[str]:
+    """The waiting ends made before (spares', and the lower links of pods' macvlans:
+    `<prefix><N>`) switched as new ones are: a node whose config now switches offloads off
+    (VPP's own WireGuard turned on) has pods made without that. Returns what it switched."""
+    switched = []
+    for name in netlink.link_names_with_prefix(prefix):
+        for feature in features_off:
+            with netlink.translated(f"switching {feature} off on {name}"):
+                if ethtool.feature(None, name, feature):
+                    ethtool.set_feature(None, name, feature, False)
+                    switched.append(f"{name} {feature}")
+    return switched
+
+
 def macvlans_work(size: int) -> bool:
     """Whether the pool's pods can be macvlans (CONFIG_MACVLAN), asked of the kernel when the
     driver starts (not when one is only made: `--teardown` makes one and creates no link).

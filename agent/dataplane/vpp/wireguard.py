@@ -6,9 +6,10 @@ Node-wide (made once per VPP connection and key, found again by its tag):
 
     interface  a wireguard interface tagged `WG_TAG`: this node's private key (its key file),
                listen port `WireGuardPort`, source VPP's end of the VPP-host interconnect (host 1
-               of vppHostSubnet, as the VXLAN tunnels'); in the pod VRF in both families, the
-               node's VXLAN address as a /32, IPv6 on, GSO (a pod's TCP arrives in GSO packets,
-               and the plugin would encrypt a whole buffer chain as one packet), up
+               of vppHostSubnet, as the VXLAN tunnels'); in the pod VRF in both families,
+               unnumbered to the pods' gateway loopback, IPv6 on, GSO (a pod's TCP arrives in
+               GSO packets, and the plugin would encrypt a whole buffer chain as one packet),
+               MTU the pod MTU, up
 
 Per remote node:
 
@@ -52,8 +53,9 @@ from typing import Any
 from agent.dataplane.kernel_mesh import host_prefix
 from agent.dataplane.vpp import interfaces, ip
 from agent.dataplane.vpp.api import VppApi
-from agent.dataplane.vpp.mesh import routes_to, settle_in_pod_vrf, tunnel_endpoint
-from agent.dataplane.vpp.names import BASE_TAG_PREFIX
+from agent.dataplane.vpp.mesh import VppMesh, routes_to, settle_in_pod_vrf, tunnel_endpoint
+from agent.dataplane.vpp.names import BASE_TAG_PREFIX, GATEWAY_TAG
+from agent.dataplane.wireguard_mesh import BothMeshes
 from agent.linux.wireguard import KEEPALIVE, KeyFile
 from agent.model.errors import DataplaneFailure, InvalidConfig, TryAgainLater
 from agent.model.node import WIREGUARD_OVERHEAD, NodeInfo, fingerprint, link_local
@@ -85,8 +87,9 @@ class VppWireGuard:
     """The VPP half of `VppNodeMesh` (node_mesh.py) with encryption (see the module docstring)."""
 
     def __init__(self, api: VppApi, key: KeyFile, port: int, pod_vrf_id: int,
-                 main_vrf_id: int) -> None:
+                 main_vrf_id: int, pod_mtu: int = 1420) -> None:
         self.api = api
+        self.pod_mtu = pod_mtu
         self.key = key
         self.port = port
         self.pod_vrf_id = pod_vrf_id
@@ -111,18 +114,19 @@ class VppWireGuard:
 
     def prepare(self, local: NodeInfo) -> None:
         """At the agent's start: a VPP without the wireguard plugin refuses the start (pods
-        would have no way to other nodes but clear text). A VPP not up yet is no refusal: the
-        interface is made when the mesh programs the first node."""
+        would have no way to other nodes but clear text). A VPP not up yet, or without the
+        driver's base yet, is no refusal: the interface is made when the mesh programs the
+        first node."""
         try:
             has = self.api.has("wireguard_interface_create")
+            if has:
+                self.interface(local)
         except TryAgainLater as exc:
-            log.info("VPP not reachable yet (%s): its WireGuard interface comes with the mesh",
-                     exc)
+            log.info("VPP's WireGuard interface comes with the mesh: %s", exc)
             return
         if not has:
             raise InvalidConfig("Encryption: wireguard with VXLANOwner: vpp needs VPP's "
                                 "wireguard plugin, and the running VPP has none", PLUGIN_HINT)
-        self.interface(local)
 
     def interface(self, local: NodeInfo) -> int:
         """The wireguard interface's sw_if_index: made (or made again, after a rotation or with
@@ -186,11 +190,20 @@ class VppWireGuard:
                               context="the old WireGuard interface")
 
     def _settle(self, index: int, local: NodeInfo) -> None:
-        """In the pod VRF, addressed, up; GSO: a pod's TCP may arrive in GSO packets, and the
-        plugin would encrypt a whole buffer chain as one packet."""
-        settle_in_pod_vrf(self.api, index, self.pod_vrf_id,
-                          ipaddress.ip_interface(host_prefix(local.vxlan_ip)),
+        """In the pod VRF, unnumbered to the pods' gateway loopback (an address of its own
+        would collide with the VXLAN mesh's BVI, which holds the node's VXLAN address while
+        both meshes run: wireguard-permissive, or a switch from the clear mesh), up; GSO: a
+        pod's TCP may arrive in GSO packets, and the plugin would encrypt a whole buffer chain
+        as one packet."""
+        gateway = interfaces.by_tag(self.api, GATEWAY_TAG)
+        if not gateway:
+            raise TryAgainLater("VPP's pod gateway is not made yet (the driver makes it)")
+        settle_in_pod_vrf(self.api, index, self.pod_vrf_id, gateway[0].sw_if_index,
                           "the WireGuard interface")
+        # A packet above the pod MTU (a pod made with a larger one) is refused here with ICMP
+        # "too big", which TCP follows, instead of leaving as an outer packet the
+        # interconnect's MTU cannot carry.
+        interfaces.set_mtu(self.api, index, self.pod_mtu)
 
     def remove(self, local: NodeInfo) -> list[str]:
         """The interface, its peers and routes gone (a node whose mesh is clear now)."""
@@ -230,9 +243,13 @@ class VppWireGuard:
             for subnet, hop in routes_to(remote):
                 ip.add_route(self.api, self.pod_vrf_id, subnet,
                              ip.via_neighbor(subnet, index, ipaddress.ip_address(hop)))
-            for subnet in _pod_subnets(remote):  # what the node sends them, from Linux
-                ip.add_route(self.api, self.main_vrf_id, subnet,
-                             ip.via_table(subnet, self.pod_vrf_id))
+            self.cross(remote)
+
+    def cross(self, remote: NodeInfo) -> None:
+        """Main-VRF routes of `remote`'s pod subnets into the pod VRF: what the node itself
+        sends them (Linux routes the cluster's pod ranges into VPP)."""
+        for subnet in _pod_subnets(remote):
+            ip.add_route(self.api, self.main_vrf_id, subnet, ip.via_table(subnet, self.pod_vrf_id))
 
     def _wanted(self, local: NodeInfo, remote: NodeInfo, index: int) -> HeldPeer:
         return HeldPeer(
@@ -321,9 +338,11 @@ class VppWireGuard:
                 removed.append(f"route {prefix} in table {self.main_vrf_id}")
         return removed
 
-    def prune(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[str]:
-        """Removes the peers and routes no node in `keep` explains; returns what it removed
-        (`missing` says which nodes to program again)."""
+    def prune(self, local: NodeInfo, keep: Collection[NodeInfo],
+              crossed: Collection[NodeInfo] = ()) -> list[str]:
+        """Removes the peers and routes no node in `keep` explains (nor, for the main VRF's
+        routes into the pod VRF, one in `crossed`: VppPermissive's clear nodes); returns what
+        it removed (`missing` says which nodes to program again)."""
         with self._lock:
             index = self.interface(local)
             removed: list[str] = []
@@ -334,9 +353,9 @@ class VppWireGuard:
                     removed.append(f"peer {fingerprint(key)}")
             self._known = {n.node_id: n for n in keep if n.node_id in self._known}
             wanted = {str(s) for n in keep if n.wg_public_key for s, _ in routes_to(n)}
-            removed += self._prune_main(
-                local, {str(s) for n in keep if n.wg_public_key for s in _pod_subnets(n)})
-            wanted.add(host_prefix(local.vxlan_ip))  # VPP's own route of the address
+            removed += self._prune_main(local, {
+                str(s) for n in [*keep, *crossed] if n.wg_public_key or n in crossed
+                for s in _pod_subnets(n)})
             for ipv6 in (False, True):
                 for prefix, route in ip.routes(self.api, self.pod_vrf_id, ipv6).items():
                     if index in route.sw_if_indexes and str(prefix) not in wanted:
@@ -403,6 +422,40 @@ class VppWireGuard:
         }
 
 
+class VppPermissive(BothMeshes):
+    """`BothMeshes` in VPP (`Encryption: wireguard-permissive` with `VXLANOwner: vpp`): VPP's
+    WireGuard and VPP's VXLAN tunnels. The main VRF's routes into the pod VRF serve both (the
+    node's own traffic to remote pods goes through VPP either way)."""
+
+    wireguard: VppWireGuard
+    vxlan: VppMesh
+
+    def generation(self) -> int:
+        return self.wireguard.generation()
+
+    def overhead(self, local: NodeInfo) -> int:
+        return self.wireguard.overhead(local)  # the larger of the two
+
+    def describe(self, local: NodeInfo) -> str:
+        return self.wireguard.describe(local)
+
+    def programmed_clear(self, remote: NodeInfo) -> None:
+        self.wireguard.cross(remote)
+
+    def prune(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[str]:
+        encrypted = [n for n in keep if n.wg_public_key]
+        clear = [n for n in keep if not n.wg_public_key]
+        return (self.vxlan.prune(local, clear)
+                + self.wireguard.prune(local, encrypted, crossed=clear))
+
+    def missing(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[NodeInfo]:
+        return (self.wireguard.missing(local, [n for n in keep if n.wg_public_key])
+                + self.vxlan.missing(local, [n for n in keep if not n.wg_public_key]))
+
+    def remove(self, local: NodeInfo) -> list[str]:
+        return self.wireguard.remove(local) + self.vxlan.remove(local)
+
+
 def _settings(peer: HeldPeer) -> tuple[Any, ...]:
     return (peer.endpoint, peer.port, peer.keepalive, peer.table_id, peer.allowed_ips)
 
@@ -418,4 +471,4 @@ def allowed_ips(remote: NodeInfo) -> list[str]:
             f"{link_local(remote.node_id)}/128"]
 
 
-__all__ = ["WG_TAG", "HeldPeer", "VppWireGuard", "allowed_ips"]
+__all__ = ["WG_TAG", "HeldPeer", "VppPermissive", "VppWireGuard", "allowed_ips"]
