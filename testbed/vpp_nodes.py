@@ -57,7 +57,8 @@ class VppNodes:
             raise RuntimeError(f"starting VPP {name}: {out.stdout} {out.stderr}".strip())
         return SOCKET.replace("{name}", name), REAL_API_DIR
 
-    def add_node(self, **extra: Any) -> Node:
+    def add_node(self, start: bool = True, **extra: Any) -> Node:
+        """A node with its own VPP; its agent started unless `start` is False."""
         node = self.cluster.add_node(start=False, **extra)
         name = f"{self.prefix}{node.index}{self.suffix}"
         socket, api_dir = self.launch(node, name)
@@ -65,7 +66,8 @@ class VppNodes:
         self.names[node.name] = name
         node.extra.update({"Dataplane": "vpp", "VPPAPISocket": socket, "VPPAPIDir": api_dir,
                            "UseTAPInterfaces": False})
-        node.start_agent()
+        if start:
+            node.start_agent()
         return node
 
     def restart(self, node: Node) -> None:

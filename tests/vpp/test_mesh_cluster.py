@@ -25,13 +25,21 @@ Test plan:
 - fake VPPs with `Encryption: wireguard`: VPP holds nothing of the mesh; each node's Linux has
   a WireGuard peer per remote node and routes the remote pod subnets into it; no VXLAN device;
   the interconnect carries the encrypted mesh's pod MTU (1420).
-- real VPPs with `Encryption: wireguard`: pods reach each other, TCP and UDP in both families
-  at MTU 1420, a Service to the other node; a capture on the fabric holds only WireGuard and
-  never the marker the pods send.
+- fake VPPs, `VXLANOwner: vpp`, encryption turned on: VPP's own WireGuard replaces the tunnels
+  (an interface with the node's key, a peer per remote node, routes through it; Linux routes only
+  the VPP-host subnets; the interconnect carries 1420 + 60); a VPP restart rebuilds it, a
+  rotation replaces the key everywhere, a removed node leaves nothing. The rollout through
+  wireguard-permissive (tunnels to nodes in clear, peers to the others). A VPP without the
+  wireguard plugin refuses the start, naming it.
+- real VPPs with `Encryption: wireguard`, once per `VXLANOwner` (the node's WireGuard, VPP's
+  own): pods reach each other, TCP and UDP in both families at MTU 1420, a Service to the
+  other node; a capture on the fabric holds only WireGuard between the ends, no frame with a
+  pod address, and never the marker the pods send.
 - real VPPs (two nodes), once per `VXLANOwner`: the same programming, then pods on both nodes
   reach each other through the mesh, IPv4 and IPv6; 1 MiB of TCP (in GSO packets, the pods'
   TSO on with Linux's VXLAN) and a UDP exchange across, sources kept; a Service whose backend
-  is on the other node; then the node removal check. Every VPP instance is stopped at the end.
+  is on the other node; a capture on the fabric sees the marker the pods send (in clear); then
+  the node removal check. Every VPP instance is stopped at the end.
 """
 
 from __future__ import annotations
@@ -307,6 +315,17 @@ def test_vpp_own_mesh_rolls_out_through_permissive_with_fake_vpps(tmp_path: Path
         check_vpp_wireguard(vpps, nodes)
 
 
+def test_a_vpp_without_the_wireguard_plugin_refuses_the_start(tmp_path: Path) -> None:
+    with vpp_cluster(tmp_path, real=False, VXLANOwner="vpp", Encryption="wireguard") as vpps:
+        node = vpps.add_node(start=False)
+        vpps.fakes[vpps.names[node.name]].without_plugin("wireguard")
+        node.start_agent(wait=False)
+        assert node.process is not None
+        assert node.process.wait(timeout=60) != 0
+        assert "needs VPP's wireguard plugin, and the running VPP has none" in node.log()
+        assert "plugin wireguard_plugin.so { enable }" in node.log()
+
+
 def restart_with(node: Node, encryption: str) -> None:
     node.stop_agent()
     node.extra["Encryption"] = encryption
@@ -388,6 +407,12 @@ def test_pods_reach_each_other_through_real_vpps(tmp_path: Path, owner: str) -> 
         wait_for(lambda: unreachable([a], [b]) == [], 10, "the first ping across")
         assert unreachable([a, b], [a, b]) == []
         assert_pods_talk(a, b)
+        # in clear the marker is on the fabric: the encrypted test's capture can fail
+        marker = "vswitch-cni-cleartext-marker"
+        with Capture(f"/var/run/netns/{vpps.cluster.fabric}", nodes[0].fabric_port) as cap, \
+                Server(b.netns, "tcp", b.ips[0], 7780):
+            assert tcp_transfer(a.netns, b.ips[0], 7780, 64 * 1024, marker=marker).ok
+        assert cap.containing(marker.encode()) != []
         # the masquerade picks the address of the way out: the uplink's, or Linux's VXLAN
         # device's (the node's VXLAN address)
         source = nodes[0].node_ip if owner == "vpp" else f"192.168.30.{nodes[0].node_id()}"
