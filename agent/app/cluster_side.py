@@ -27,8 +27,8 @@ from agent.state.store import Store
 from ipam import NodeNetworks
 
 if TYPE_CHECKING:
-    from agent.dataplane.vpp.node_mesh import VppNodeMesh
-    from agent.dataplane.vpp.wireguard import VppPermissive, VppWireGuard
+    from agent.dataplane.vpp.node_mesh import VppNodeMesh, VppPermissive
+    from agent.dataplane.vpp.wireguard import VppWireGuard
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,8 @@ def _mesh(
     # Imported here: a kernel-dataplane agent never loads vpp-papi.
     from agent.dataplane.vpp.driver import VppDataplane
     from agent.dataplane.vpp.mesh import VppMesh
-    from agent.dataplane.vpp.node_mesh import VppNodeMesh
-    from agent.dataplane.vpp.wireguard import VppPermissive, VppWireGuard
+    from agent.dataplane.vpp.node_mesh import VppNodeMesh, VppPermissive
+    from agent.dataplane.vpp.wireguard import VppWireGuard
 
     if not isinstance(dataplane, VppDataplane):
         raise TypeError(f"the {cfg.dataplane} mesh needs the VPP driver, got {dataplane!r}")
@@ -210,7 +210,7 @@ def wireguard_of(
     """The WireGuard mesh inside `mesh`: itself, a VPP node's Linux half, or VPP's own
     WireGuard; None: clear."""
     vpp = getattr(mesh, "vpp", None)
-    loaded = sys.modules.get("agent.dataplane.vpp.wireguard")  # a kernel agent never loads it
+    loaded = sys.modules.get("agent.dataplane.vpp.node_mesh")  # a kernel agent never loads it
     if loaded is not None and isinstance(vpp, loaded.VppWireGuard | loaded.VppPermissive):
         found: VppWireGuard | VppPermissive = vpp
         return found

@@ -305,7 +305,7 @@ class WireGuardMesh:
 
 class BothMeshes:
     """The rollout's middle step (`Encryption: wireguard-permissive`), whoever carries the two
-    meshes (Linux: PermissiveMesh; VPP: vpp/wireguard.VppPermissive): WireGuard to every node
+    meshes (Linux: PermissiveMesh; VPP: vpp/node_mesh.VppPermissive): WireGuard to every node
     that publishes a key, clear VXLAN to the others, both up, so that a node still in clear
     reaches this one and the other way round.
 

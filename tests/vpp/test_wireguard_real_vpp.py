@@ -20,12 +20,15 @@ Test plan (each test its own cluster, every VPP stopped at the end):
 - node 1's agent killed: the pods keep talking (VPP holds the interface and peers); restarted,
   the same key and the same peers, none twice. Node 1's VPP restarted: the agent makes the
   interface and peers again from its key file and the registry; the pods talk again (TCP and
-  UDP, both families, at the pod MTU) with only WireGuard on the fabric.
+  UDP, both families, at the pod MTU) with only WireGuard on the fabric; REST, `wireguard show`
+  and vswitchctl show the peer established (VPP keeps no handshake time or bytes per peer).
 """
 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -33,9 +36,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.model.node import fingerprint
 from testbed.capture import Capture
-from testbed.cluster import Cluster, Node, Pod, converged, wait_for
+from testbed.cluster import ETCD_URL, Cluster, Node, Pod, converged, wait_for
 from testbed.podcheck import assert_pods_talk, unreachable
+from testbed.tools import REPO
 from testbed.traffic import Paced, Server, tcp_transfer, udp_exchange
 from tests.helpers.vpp_nodes import REAL_VPP, VppNodes, wireguard_view
 
@@ -196,9 +201,36 @@ def test_agent_and_vpp_restarts_keep_the_encrypted_mesh(tmp_path: Path) -> None:
                 assert_pods_talk(pods[0], pods[1], mtu=POD_MTU)
             only_wireguard(cap, ends(nodes), pods)
             assert cap.between(ends(nodes)) != []  # the pods' traffic crossed, encrypted
+            check_views(cluster, nodes)
         finally:
             cluster.close()
             vpps.close()
+
+
+def check_views(cluster: Cluster, nodes: list[Node]) -> None:
+    """What VPP tells of its peers: REST's view (established, no handshake time or bytes),
+    `wireguard show` on the node (through VPP's API socket) and vswitchctl's table."""
+    other = nodes[1]
+    wait_for(lambda: [p["established"] for p in nodes[0].get("/v1/nodes")[1]["wireguard"]
+                      ["peers"]] == [True], 10, "the view: node-2's session established")
+    view = nodes[0].get("/v1/nodes")[1]["wireguard"]
+    assert view["implementation"] == "vpp" and view["publicKey"] == key(nodes[0])
+    peer = view["peers"][0]
+    assert (peer["node"], peer["publicKey"], peer["endpoint"]) == (
+        other.name, key(other), f"172.30.{other.node_id()}.1:51820")
+    assert (peer["latestHandshake"], peer["rxBytes"], peer["txBytes"]) == (None, None, None)
+    shown = nodes[0].operator("wireguard", "show")
+    assert shown.returncode == 0, shown.stderr
+    assert f"key {fingerprint(key(nodes[0]))}" in shown.stdout, shown.stdout
+    assert f"peer {other.name}\t{fingerprint(key(other))}" in shown.stdout, shown.stdout
+    assert "established" in shown.stdout and key(nodes[0]) not in shown.stdout
+    table = subprocess.run(
+        ["ip", "netns", "exec", nodes[0].netns, sys.executable, "-m", "vswitchctl", "--etcd",
+         ETCD_URL, "wireguard"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert table.returncode == 0, table.stderr
+    row = next(line.split() for line in table.stdout.splitlines()
+               if line.startswith(nodes[0].name))
+    assert row[2:4] == [other.name, fingerprint(key(other))] and "established" in row, row
 
 
 def test_rollout_through_permissive_keeps_pods_connected(

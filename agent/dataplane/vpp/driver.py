@@ -75,10 +75,7 @@ class VppDataplane:
         self._require_plugins()
         self._ensure()
         if self.cfg.pod_features_off and not self.cfg.use_tap:
-            switched = settle_waiting_ends(self.cfg.spare_link_prefix, self.cfg.pod_features_off)
-            if switched:
-                log.info("pods made before: %s switched off on their waiting ends (%s)",
-                         ", ".join(self.cfg.pod_features_off), ", ".join(switched))
+            settle_waiting_ends(self.cfg.spare_link_prefix, self.cfg.pod_features_off)
         if self.pool is not None and not macvlans_work(self.cfg.pod_pool):
             self.pool = self.veth.pool = None  # pods made as with VppPodPool 0
         if self.pool is not None:

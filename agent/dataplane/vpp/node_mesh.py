@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 
 from agent.dataplane.kernel_mesh import KernelMesh
 from agent.dataplane.vpp.mesh import VppMesh
-from agent.dataplane.vpp.wireguard import VppPermissive, VppWireGuard
-from agent.dataplane.wireguard_mesh import PermissiveMesh, WireGuardMesh
+from agent.dataplane.vpp.wireguard import VppWireGuard
+from agent.dataplane.wireguard_mesh import BothMeshes, PermissiveMesh, WireGuardMesh
 from agent.model.errors import InvalidConfig
 from agent.model.node import NodeInfo
 
@@ -110,3 +110,37 @@ class VppNodeMesh:
             self.vpp.program(local, remote)
             changed.append(f"restored node {remote.name} in VPP")
         return changed
+
+
+class VppPermissive(BothMeshes):
+    """`BothMeshes` in VPP (`Encryption: wireguard-permissive` with `VXLANOwner: vpp`): VPP's
+    WireGuard and VPP's VXLAN tunnels. The main VRF's routes into the pod VRF serve both (the
+    node's own traffic to remote pods goes through VPP either way)."""
+
+    wireguard: VppWireGuard
+    vxlan: VppMesh
+
+    def generation(self) -> int:
+        return self.wireguard.generation()
+
+    def overhead(self, local: NodeInfo) -> int:
+        return self.wireguard.overhead(local)  # the larger of the two
+
+    def describe(self, local: NodeInfo) -> str:
+        return self.wireguard.describe(local)
+
+    def programmed_clear(self, remote: NodeInfo) -> None:
+        self.wireguard.cross(remote)
+
+    def prune(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[str]:
+        encrypted = [n for n in keep if n.wg_public_key]
+        clear = [n for n in keep if not n.wg_public_key]
+        return (self.vxlan.prune(local, clear)
+                + self.wireguard.prune(local, encrypted, crossed=clear))
+
+    def missing(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[NodeInfo]:
+        return (self.wireguard.missing(local, [n for n in keep if n.wg_public_key])
+                + self.vxlan.missing(local, [n for n in keep if not n.wg_public_key]))
+
+    def remove(self, local: NodeInfo) -> list[str]:
+        return self.wireguard.remove(local) + self.vxlan.remove(local)

@@ -65,6 +65,9 @@ def settle_waiting_ends(prefix: str, features_off: tuple[str, ...]) -> list[str]
                 if ethtool.feature(None, name, feature):
                     ethtool.set_feature(None, name, feature, False)
                     switched.append(f"{name} {feature}")
+    if switched:
+        log.info("pods made before: offloads switched off on their waiting ends (%s)",
+                 ", ".join(switched))
     return switched
 
 

@@ -41,46 +41,29 @@ bytes per peer); the view says that much and no more.
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import logging
 import threading
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from agent.dataplane.kernel_mesh import host_prefix
-from agent.dataplane.vpp import interfaces, ip
+from agent.dataplane.vpp import interfaces, ip, wgapi
 from agent.dataplane.vpp.api import VppApi
-from agent.dataplane.vpp.mesh import VppMesh, routes_to, settle_in_pod_vrf, tunnel_endpoint
+from agent.dataplane.vpp.mesh import routes_to, settle_in_pod_vrf, tunnel_endpoint
 from agent.dataplane.vpp.names import BASE_TAG_PREFIX, GATEWAY_TAG
-from agent.dataplane.wireguard_mesh import BothMeshes
+from agent.dataplane.vpp.wgapi import ANY, HeldPeer
 from agent.linux.wireguard import KEEPALIVE, KeyFile
 from agent.model.errors import DataplaneFailure, InvalidConfig, TryAgainLater
 from agent.model.node import WIREGUARD_OVERHEAD, NodeInfo, fingerprint, link_local
 
 log = logging.getLogger(__name__)
 
-ANY = 0xFFFFFFFF
 WG_TAG = BASE_TAG_PREFIX + "mesh-wireguard"
-ESTABLISHED = 0x2  # wireguard_peer_flags
 PLUGIN_HINT = ("enable VPP's wireguard plugin (plugins { plugin wireguard_plugin.so { enable } } "
                "in its startup config), or set VXLANOwner: linux (the node's WireGuard)")
-
-
-@dataclass(frozen=True)
-class HeldPeer:
-    """A peer as VPP holds it."""
-
-    index: int
-    public_key: str  # base64, as the registry publishes it
-    endpoint: str
-    port: int
-    keepalive: int
-    table_id: int
-    allowed_ips: tuple[str, ...]  # sorted
-    established: bool
 
 
 class VppWireGuard:
@@ -154,27 +137,13 @@ class VppWireGuard:
 
     def _held_interfaces(self) -> dict[int, tuple[str, int, str]]:
         """Our wireguard interfaces (tagged), and any holding our port (one whose making was
-        cut short before its tag): sw_if_index -> (public key, port, source)."""
+        cut short before its tag)."""
         tagged = {i.sw_if_index for i in interfaces.by_tag(self.api, WG_TAG)}
-        out = {}
-        for d in self.api.dump("wireguard_interface_dump", show_private_key=False,
-                               sw_if_index=ANY):
-            itf = d.interface
-            index = int(itf.sw_if_index)
-            if index in tagged or int(itf.port) == self.port:
-                out[index] = (base64.b64encode(bytes(itf.public_key)).decode(), int(itf.port),
-                              str(itf.src_ip))
-        return out
+        return {index: held for index, held in wgapi.interfaces(self.api).items()
+                if index in tagged or held[1] == self.port}
 
     def _create(self, src: str) -> int:
-        reply = self.api.call(
-            "wireguard_interface_create", generate_key=False,
-            interface={"user_instance": ANY, "sw_if_index": ANY,
-                       "private_key": self.key.private_bytes(), "public_key": bytes(32),
-                       "port": self.port, "src_ip": ipaddress.ip_address(src)},
-            context=f"the WireGuard interface (port {self.port})",
-        )
-        index = int(reply.sw_if_index)
+        index = wgapi.create(self.api, self.key.private_bytes(), self.port, src)
         interfaces.set_tag(self.api, index, WG_TAG)
         log.info("VPP's WireGuard interface made: port %d, public key fingerprint %s", self.port,
                  fingerprint(self.key.public()))
@@ -186,8 +155,7 @@ class VppWireGuard:
             for prefix, route in ip.routes(self.api, self.pod_vrf_id, ipv6).items():
                 if sw_if_index in route.sw_if_indexes:
                     ip.delete_route(self.api, self.pod_vrf_id, prefix)
-        self.api.call_present("wireguard_interface_delete", sw_if_index=sw_if_index,
-                              context="the old WireGuard interface")
+        wgapi.delete(self.api, sw_if_index)
 
     def _settle(self, index: int, local: NodeInfo) -> None:
         """In the pod VRF, unnumbered to the pods' gateway loopback (an address of its own
@@ -258,37 +226,14 @@ class VppWireGuard:
             tuple(sorted(allowed_ips(remote))), False)
 
     def _add_peer(self, peer: HeldPeer, index: int, remote: NodeInfo) -> None:
-        prefixes = [ipaddress.ip_network(p) for p in peer.allowed_ips]
-        self.api.call(
-            "wireguard_peer_add",
-            peer={"peer_index": ANY, "public_key": base64.b64decode(peer.public_key),
-                  "port": peer.port, "persistent_keepalive": peer.keepalive,
-                  "table_id": peer.table_id, "endpoint": ipaddress.ip_address(peer.endpoint),
-                  "sw_if_index": index, "flags": 0, "n_allowed_ips": len(prefixes),
-                  "allowed_ips": prefixes},
-            context=f"the WireGuard peer of node {remote.name}",
-        )
+        wgapi.add_peer(self.api, peer, index, f"the WireGuard peer of node {remote.name}")
 
     def _remove_peer(self, peer: HeldPeer | None) -> bool:
-        if peer is None:
-            return False
-        return self.api.call_present("wireguard_peer_remove", peer_index=peer.index) is not None
+        return peer is not None and wgapi.remove_peer(self.api, peer)
 
     def peers(self) -> dict[str, HeldPeer]:
         """The peers of our interface, by public key."""
-        index = self._itf[1] if self._itf is not None else None
-        out = {}
-        for d in self.api.dump("wireguard_peers_dump", peer_index=ANY):
-            p = d.peer
-            if index is not None and int(p.sw_if_index) != index:
-                continue
-            key = base64.b64encode(bytes(p.public_key)).decode()
-            out[key] = HeldPeer(
-                int(p.peer_index), key, str(p.endpoint), int(p.port),
-                int(p.persistent_keepalive), int(p.table_id),
-                tuple(sorted(str(a) for a in p.allowed_ips[:int(p.n_allowed_ips)])),
-                bool(int(p.flags) & ESTABLISHED))
-        return out
+        return wgapi.peers(self.api, self._itf[1] if self._itf is not None else None)
 
     def unprogram(self, local: NodeInfo, remote: NodeInfo,
                   keep: Collection[NodeInfo] = ()) -> list[str]:
@@ -422,40 +367,6 @@ class VppWireGuard:
         }
 
 
-class VppPermissive(BothMeshes):
-    """`BothMeshes` in VPP (`Encryption: wireguard-permissive` with `VXLANOwner: vpp`): VPP's
-    WireGuard and VPP's VXLAN tunnels. The main VRF's routes into the pod VRF serve both (the
-    node's own traffic to remote pods goes through VPP either way)."""
-
-    wireguard: VppWireGuard
-    vxlan: VppMesh
-
-    def generation(self) -> int:
-        return self.wireguard.generation()
-
-    def overhead(self, local: NodeInfo) -> int:
-        return self.wireguard.overhead(local)  # the larger of the two
-
-    def describe(self, local: NodeInfo) -> str:
-        return self.wireguard.describe(local)
-
-    def programmed_clear(self, remote: NodeInfo) -> None:
-        self.wireguard.cross(remote)
-
-    def prune(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[str]:
-        encrypted = [n for n in keep if n.wg_public_key]
-        clear = [n for n in keep if not n.wg_public_key]
-        return (self.vxlan.prune(local, clear)
-                + self.wireguard.prune(local, encrypted, crossed=clear))
-
-    def missing(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[NodeInfo]:
-        return (self.wireguard.missing(local, [n for n in keep if n.wg_public_key])
-                + self.vxlan.missing(local, [n for n in keep if not n.wg_public_key]))
-
-    def remove(self, local: NodeInfo) -> list[str]:
-        return self.wireguard.remove(local) + self.vxlan.remove(local)
-
-
 def _settings(peer: HeldPeer) -> tuple[Any, ...]:
     return (peer.endpoint, peer.port, peer.keepalive, peer.table_id, peer.allowed_ips)
 
@@ -471,4 +382,4 @@ def allowed_ips(remote: NodeInfo) -> list[str]:
             f"{link_local(remote.node_id)}/128"]
 
 
-__all__ = ["WG_TAG", "HeldPeer", "VppPermissive", "VppWireGuard", "allowed_ips"]
+__all__ = ["WG_TAG", "HeldPeer", "VppWireGuard", "allowed_ips"]
