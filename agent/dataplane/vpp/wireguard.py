@@ -137,7 +137,7 @@ class VppWireGuard:
 
     def _held_interfaces(self) -> dict[int, tuple[str, int, str]]:
         """Our wireguard interfaces (tagged), and any holding our port (one whose making was
-        cut short before its tag)."""
+        cut short before its tag; an operator's own on WireGuardPort would go with them)."""
         tagged = {i.sw_if_index for i in interfaces.by_tag(self.api, WG_TAG)}
         return {index: held for index, held in wgapi.interfaces(self.api).items()
                 if index in tagged or held[1] == self.port}
