@@ -202,7 +202,7 @@ class VppWireGuard:
             old = self._known.get(remote.node_id)
             if old is not None and old.wg_public_key != remote.wg_public_key:
                 self._remove_peer(held.get(old.wg_public_key))
-            want = self._wanted(local, remote, index)
+            want = self._wanted(local, remote)
             have = held.get(remote.wg_public_key)
             if have is None or _settings(have) != _settings(want):
                 self._remove_peer(have)
@@ -219,7 +219,7 @@ class VppWireGuard:
         for subnet in _pod_subnets(remote):
             ip.add_route(self.api, self.main_vrf_id, subnet, ip.via_table(subnet, self.pod_vrf_id))
 
-    def _wanted(self, local: NodeInfo, remote: NodeInfo, index: int) -> HeldPeer:
+    def _wanted(self, local: NodeInfo, remote: NodeInfo) -> HeldPeer:
         return HeldPeer(
             ANY, remote.wg_public_key, tunnel_endpoint(remote), remote.wg_port,
             KEEPALIVE if local.node_id < remote.node_id else 0, self.main_vrf_id,
@@ -311,11 +311,11 @@ class VppWireGuard:
     def missing(self, local: NodeInfo, keep: Collection[NodeInfo]) -> list[NodeInfo]:
         """The nodes of `keep` whose peer VPP does not hold as wanted (a restarted VPP)."""
         with self._lock:
-            index = self.interface(local)
+            self.interface(local)  # made, so that `peers` reads its own
             held = self.peers()
             return [n for n in keep if n.wg_public_key and (
                 n.wg_public_key not in held
-                or _settings(held[n.wg_public_key]) != _settings(self._wanted(local, n, index)))]
+                or _settings(held[n.wg_public_key]) != _settings(self._wanted(local, n)))]
 
     # ---- the key and the views --------------------------------------------------------------
 
