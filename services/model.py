@@ -9,8 +9,14 @@ from dataclasses import dataclass
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 TCP, UDP, SCTP = "TCP", "UDP", "SCTP"
-# What a VPP translation can carry; SCTP Services stay with kube-proxy on the node.
+# What a VPP translation carries. SCTP Services stay with kube-proxy on the node: VPP's acl
+# plugin cannot match SCTP ports, nftables can (the node judges them after kube-proxy's DNAT).
 TRANSLATED_PROTOCOLS = (TCP, UDP)
+
+# What a translation's address is (Translation.kind): a Service's ClusterIP, one of this node's
+# own addresses with a NodePort, an externalIP, a LoadBalancer ingress IP.
+CLUSTER_IP, NODE_PORT, EXTERNAL_IP, LOAD_BALANCER = (
+    "cluster-ip", "node-port", "external-ip", "load-balancer")
 
 
 class ServiceError(ValueError):
@@ -25,21 +31,25 @@ class ServicePort:
     name: str
     protocol: str
     port: int
+    node_port: int = 0  # spec.ports[].nodePort (NodePort and LoadBalancer Services); 0: none
 
 
 @dataclass(frozen=True)
 class Service:
-    """A Service as far as ClusterIP translation needs it. `cluster_ips`: spec.clusterIPs
-    (empty for a headless Service, an ExternalName, or one without an address yet)."""
+    """A Service as far as its translation needs it. `cluster_ips`: spec.clusterIPs (empty for
+    a headless Service, an ExternalName, or one without an address yet); `external_ips`:
+    spec.externalIPs; `load_balancer_ips`: status.loadBalancer.ingress[].ip (not those with
+    ipMode Proxy: the load balancer proxies, the address is not the Service's own)."""
 
     namespace: str
     name: str
     cluster_ips: tuple[IPAddress, ...] = ()
     ports: tuple[ServicePort, ...] = ()
     type: str = "ClusterIP"
-    # ClientIP affinity cannot be rendered by a flow hash: such Services stay with kube-proxy
-    session_affinity: str = "None"
+    session_affinity: str = "None"  # "ClientIP": a client's connections go to one backend
     internal_traffic_local: bool = False  # spec.internalTrafficPolicy: Local
+    external_ips: tuple[IPAddress, ...] = ()
+    load_balancer_ips: tuple[IPAddress, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,9 +115,14 @@ class TranslationKey:
 
 @dataclass(frozen=True)
 class Translation:
-    """A ClusterIP:port/protocol and the ready endpoints a new connection to it goes to
-    (sorted, never empty); `service` is "namespace/name" (for logs and display)."""
+    """A Service address:port/protocol and the ready endpoints a new connection to it goes to
+    (sorted, never empty); `service` is "namespace/name" (for logs and display); `kind` what
+    the address is (CLUSTER_IP, NODE_PORT, EXTERNAL_IP, LOAD_BALANCER); `affinity`: the
+    Service's ClientIP session affinity (a client's new connections go to the backend its
+    earlier ones went to, as long as the backends stay the same)."""
 
     key: TranslationKey
     backends: tuple[Backend, ...]
     service: str = ""
+    kind: str = CLUSTER_IP
+    affinity: bool = False

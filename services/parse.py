@@ -98,16 +98,47 @@ def service_from_k8s(obj: Mapping[str, object]) -> Service:
     ports = []
     for i, raw in enumerate(_list(spec.get("ports"), what, "spec.ports")):
         entry = _map(raw, what, f"spec.ports[{i}]")
+        node_port = entry.get("nodePort")
         ports.append(ServicePort(_str(entry.get("name"), what, f"spec.ports[{i}].name"),
                                  _str(entry.get("protocol"), what, f"spec.ports[{i}].protocol",
                                       "TCP"),
-                                 _port(entry.get("port"), what, f"spec.ports[{i}].port")))
+                                 _port(entry.get("port"), what, f"spec.ports[{i}].port"),
+                                 0 if node_port in (None, 0) else
+                                 _port(node_port, what, f"spec.ports[{i}].nodePort")))
     return Service(
         namespace, name, tuple(ips), tuple(ports),
         type=_str(spec.get("type"), what, "spec.type", "ClusterIP"),
         session_affinity=_str(spec.get("sessionAffinity"), what, "spec.sessionAffinity",
                               "None"),
-        internal_traffic_local=spec.get("internalTrafficPolicy") == "Local")
+        internal_traffic_local=spec.get("internalTrafficPolicy") == "Local",
+        external_ips=_addresses(spec.get("externalIPs"), what, "spec.externalIPs"),
+        load_balancer_ips=_ingress_ips(obj, what))
+
+
+def _addresses(raw: object, what: str, path: str) -> tuple[IPAddress, ...]:
+    out: list[IPAddress] = []
+    for i, text in enumerate(_list(raw, what, path)):
+        address = _address(text, what, f"{path}[{i}]")
+        if address not in out:
+            out.append(address)
+    return tuple(out)
+
+
+def _ingress_ips(obj: Mapping[str, object], what: str) -> tuple[IPAddress, ...]:
+    """status.loadBalancer.ingress[].ip, but not an ingress with ipMode Proxy (the load
+    balancer proxies; kube-proxy does not claim that address either) nor a hostname-only one."""
+    status = _map(obj.get("status"), what, "status")
+    balancer = _map(status.get("loadBalancer"), what, "status.loadBalancer")
+    out: list[IPAddress] = []
+    for i, raw in enumerate(_list(balancer.get("ingress"), what, "status.loadBalancer.ingress")):
+        path = f"status.loadBalancer.ingress[{i}]"
+        entry = _map(raw, what, path)
+        if entry.get("ip") in (None, "") or entry.get("ipMode") == "Proxy":
+            continue
+        address = _address(entry.get("ip"), what, f"{path}.ip")
+        if address not in out:
+            out.append(address)
+    return tuple(out)
 
 
 def _endpoint(raw: object, family: str, what: str, path: str) -> Endpoint:

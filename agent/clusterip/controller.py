@@ -1,15 +1,15 @@
-"""The ClusterIP controller: the renderer's translations kept equal to what the cluster's
-Services and EndpointSlices say (docs/vpp.md, "Services translated in VPP").
+"""The Service translation controller: the renderer's translations kept equal to what the
+cluster's Services and EndpointSlices say (docs/vpp.md, "Services translated in VPP").
 
 One path: a SupervisedLoop ("clusterip") that, after a change of the cache's Services or
 EndpointSlices (woken, then a short `debounce` so that a rollout's burst of slice updates costs
 one apply), every `resync` seconds and after VPP reconnected, computes the translations
-(`services.translations`, this node's name for internalTrafficPolicy Local; ClusterIPs of the
-families the node's pods have) and gives them, with the node's pod interfaces, to the renderer,
-which diffs and changes only what changed. Until the cache has listed once nothing is applied:
-what VPP holds (it keeps its translations while the agent restarts) stays as it is. A failed
-apply (VPP away) is retried with the loop's backoff; the next apply after VPP came back makes
-every translation again.
+(`services.translations`, this node's name for internalTrafficPolicy Local and its own
+addresses for NodePorts; addresses of the families the node's pods have) and gives them, with
+the node's pod interfaces, to the renderer, which diffs and changes only what changed. Until the
+cache has listed once nothing is applied: what VPP holds (it keeps its translations while the
+agent restarts) stays as it is. A failed apply (VPP away) is retried with the loop's backoff;
+the next apply after VPP came back makes every translation again.
 
 The request path never waits for it: a new pod's interface gets cnat from the driver in its
 ADD, and a new Service is translated within `debounce` plus one apply of its slices' arrival.
@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from agent.infra.loops import SupervisedLoop
 from agent.model.errors import TryAgainLater
 from services import EndpointSlice, Service, Translation, TranslationKey, translations
+from services.model import IPAddress
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +51,15 @@ class TranslationRenderer(Protocol):
 
 
 class ClusterIPController:
-    """This node's ClusterIP translations (see the module docstring)."""
+    """This node's Service translations (see the module docstring). `node_ips`: the node's own
+    addresses, read at each apply (its Node object's InternalIPs may come and go)."""
 
     def __init__(self, source: ServiceSource, renderer: TranslationRenderer, node: str,
                  pod_interfaces: Callable[[], Iterable[int]], *, families: Iterable[int] = (4, 6),
+                 node_ips: Callable[[], Iterable[IPAddress]] = tuple,
                  debounce: float = 0.05, resync: float = 30.0, sync_wait: float = 5.0) -> None:
         self.source = source
+        self._node_ips = node_ips
         self.renderer = renderer
         self.node = node
         self._pod_interfaces = pod_interfaces
@@ -93,7 +97,7 @@ class ClusterIPController:
     def desired(self) -> dict[TranslationKey, Translation]:
         """The translations the cache asks for now."""
         found = translations(self.source.services().values(),
-                             self.source.endpoint_slices().values(), self.node)
+                             self.source.endpoint_slices().values(), self.node, self._node_ips())
         return {k: t for k, t in found.items() if k.vip.version in self.families}
 
     def apply_all(self) -> None:

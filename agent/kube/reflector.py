@@ -206,6 +206,10 @@ class KubeState:
     def nodes(self) -> dict[str, KubeNode]:
         return {k[1]: v for k, v in self._watches[NODES.name].items().items()}
 
+    def node(self, name: str) -> KubeNode | None:
+        """One Node from the cache (no copy of the others)."""
+        return self._watches[NODES.name].get(("", name))
+
     def services(self) -> dict[tuple[str, str], svc.Service]:
         """By (namespace, name); empty unless built with services=True."""
         watch = self._watches.get(SERVICES.name)

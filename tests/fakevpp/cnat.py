@@ -4,8 +4,10 @@ messages it asks about, and the FIB summaries it reads through the CLI.
 The rules follow VPP 26.06 (plugins/cnat/cnat_api.c, cnat_translation.c, cnat_snat_policy.c,
 cnat_types.c; vnet/feature):
 - cnat_translation_update: the same (VIP address, port, protocol) replaces the paths in place
-  and answers the same id; otherwise a new id (freed ids reused, newest freed first, as VPP's
-  pool does); an endpoint names an interface only when its sw_if_index is not ~0;
+  and answers the same id, keeping is_real_ip, lb_type and flow_hash_config from the creation;
+  otherwise a new id (freed ids reused, newest freed first, as VPP's pool does); an endpoint
+  names an interface only when its sw_if_index is not ~0; the dump's details carry no
+  is_real_ip, flags or flow_hash_config (zero), as VPP's;
 - cnat_translation_del: -6 for an id VPP does not hold;
 - cnat_set_snat_addresses_v2: one policy entry per forwarding FIB index; a later call for the
   same index with one family set changes only that family; the flag USE_AS_DEFAULT makes it
@@ -80,12 +82,17 @@ class CnatHandlers:
         ident = next((i for i, old in cnat.translations.items()
                       if (str(old["vip"]["addr"]), old["vip"]["port"], old["ip_proto"]) == key),
                      None)
+        # VPP keeps a translation's load balancing type, flow hash and client (exclusive or
+        # interposed, from is_real_ip) from its creation: an update changes paths and flags
+        first = {"is_real_ip": int(t.is_real_ip), "lb_type": int(t.lb_type),
+                 "flow_hash_config": int(t.flow_hash_config)}
         if ident is None:
             ident = cnat.free.pop() if cnat.free else len(cnat.translations) + len(cnat.free)
+        else:
+            first = {k: cnat.translations[ident][k] for k in first}
         cnat.translations[ident] = {
             "vip": _endpoint(t.vip), "id": ident, "ip_proto": int(t.ip_proto),
-            "is_real_ip": int(t.is_real_ip), "flags": int(t.flags), "lb_type": int(t.lb_type),
-            "n_paths": len(paths), "flow_hash_config": int(t.flow_hash_config),
+            "flags": int(t.flags), "n_paths": len(paths), **first,
             "paths": [{"dst_ep": _endpoint(p.dst_ep), "src_ep": _endpoint(p.src_ep),
                        "flags": int(p.flags)} for p in paths]}
         return {"id": ident}
@@ -98,7 +105,9 @@ class CnatHandlers:
         return {}
 
     def cnat_translation_dump(self, req: Any) -> list[Fields]:
-        return [{"translation": t} for _, t in sorted(self.s.cnat.translations.items())]
+        # as VPP's details: no is_real_ip, flags or flow hash (cnat_translation_send_details)
+        return [{"translation": {**t, "is_real_ip": 0, "flags": 0, "flow_hash_config": 0}}
+                for _, t in sorted(self.s.cnat.translations.items())]
 
     def cnat_set_snat_addresses_v2(self, req: Any) -> Fields:
         cnat = self.s.cnat

@@ -35,10 +35,17 @@ class World:
     services: tuple[Service, ...]
     slices: tuple[EndpointSlice, ...]
     node: str
+    node_ips: tuple[IPAddress, ...] = ()
 
 
 service_ports = st.builds(ServicePort, st.sampled_from(PORT_NAMES), st.sampled_from(PROTOCOLS),
-                          st.sampled_from([53, 80, 443]))
+                          st.sampled_from([53, 80, 443]), st.sampled_from([0, 30080, 30443]))
+# externalIPs and LoadBalancer IPs from one small pool (two Services claim one often); node IPs
+# from another that shares an address with it (an externalIP set to a node's own address)
+OUTSIDE: list[IPAddress] = [ipaddress.ip_address(a) for a in
+                            ("192.0.2.1", "192.0.2.2", "2001:db8::1")]
+NODE_IPS: list[IPAddress] = [ipaddress.ip_address(a) for a in
+                             ("192.0.2.1", "192.168.16.1", "fd00:16::1")]
 endpoint_ports = st.builds(EndpointPort, st.sampled_from(PORT_NAMES), st.sampled_from(PROTOCOLS),
                            st.sampled_from([53, 8080, 9090]))
 
@@ -73,33 +80,50 @@ def worlds(draw: st.DrawFn) -> World:
         services.append(Service(
             namespace, name, tuple(ips), tuple(draw(st.lists(service_ports, max_size=3,
                                                              unique_by=lambda p: p.name))),
-            type=draw(st.sampled_from(["ClusterIP", "NodePort", "ExternalName"])),
+            type=draw(st.sampled_from(["ClusterIP", "NodePort", "LoadBalancer",
+                                       "ExternalName"])),
             session_affinity=draw(st.sampled_from(["None", "None", "ClientIP"])),
-            internal_traffic_local=draw(st.booleans())))
+            internal_traffic_local=draw(st.booleans()),
+            external_ips=tuple(draw(st.lists(st.sampled_from(OUTSIDE), max_size=2, unique=True))),
+            load_balancer_ips=tuple(draw(st.lists(st.sampled_from(OUTSIDE), max_size=1)))))
     return World(tuple(services), tuple(draw(st.lists(slices(), max_size=5))),
-                 draw(st.sampled_from(NODES)))
+                 draw(st.sampled_from(NODES)),
+                 tuple(draw(st.lists(st.sampled_from(NODE_IPS), max_size=2, unique=True))))
 
 
-def reference(world: World) -> set[tuple[TranslationKey, Backend]]:
-    """Every (translation key, backend) pair, by enumerating each condition literally."""
-    out = set()
-    for s in world.services:
-        if s.type == "ExternalName" or s.session_affinity == "ClientIP":
+def reference(world: World) -> dict[TranslationKey, tuple[str, str, bool, set[Backend]]]:
+    """Every key with (service, kind, affinity, backends), by enumerating each condition
+    literally; of two Services claiming a key the first by namespace/name wins, within one the
+    ClusterIP, then nodePort, externalIP, LoadBalancer IP."""
+    out: dict[TranslationKey, tuple[str, str, bool, set[Backend]]] = {}
+    for s in sorted(world.services, key=lambda s: (s.namespace, s.name)):
+        if s.type == "ExternalName" or not s.cluster_ips:
             continue
-        for vip in s.cluster_ips:
-            for port in s.ports:
-                if port.protocol == "SCTP":
-                    continue
+        for port in s.ports:
+            if port.protocol == "SCTP":
+                continue
+            vips = [(vip, port.port, "cluster-ip") for vip in s.cluster_ips]
+            if port.node_port:
+                vips += [(ip, port.node_port, "node-port") for ip in world.node_ips]
+            vips += [(ip, port.port, "external-ip") for ip in s.external_ips]
+            if s.type == "LoadBalancer":
+                vips += [(ip, port.port, "load-balancer") for ip in s.load_balancer_ips]
+            for vip, number, kind in vips:
+                backends = set()
                 for es in world.slices:
                     if (es.namespace, es.service) != (s.namespace, s.name) or \
                             es.address_type != f"IPv{vip.version}":
                         continue
                     for ep in es.endpoints:
-                        local_ok = not s.internal_traffic_local or ep.node == world.node
+                        local_ok = kind != "cluster-ip" or not s.internal_traffic_local or \
+                            ep.node == world.node
                         for address in ep.addresses:
                             for target in es.ports:
                                 if ep.ready and local_ok and target.name == port.name and \
                                         target.protocol == port.protocol:
-                                    out.add((TranslationKey(vip, port.port, port.protocol),
-                                             Backend(address, target.port)))
+                                    backends.add(Backend(address, target.port))
+                key = TranslationKey(vip, number, port.protocol)
+                if backends and key not in out:
+                    out[key] = (f"{s.namespace}/{s.name}", kind,
+                                s.session_affinity == "ClientIP", backends)
     return out

@@ -1,6 +1,7 @@
 """Parsing Services and EndpointSlices from their API JSON.
 
-Test plan: a dual-stack Service with named ports; the older single clusterIP field; headless and
+Test plan: a dual-stack Service with named ports; a LoadBalancer's nodePorts, externalIPs and
+ingress IPs (not ipMode Proxy, not hostname-only); the older single clusterIP field; headless and
 ExternalName give no address; defaults (protocol TCP, type ClusterIP); a slice's endpoints with
 ready true/false/absent, node names, a port without a number left out; refusals name the object
 and the field (a bad address, a port out of range, a family that is not the slice's, a bad
@@ -45,6 +46,22 @@ def test_dual_stack_service_with_named_ports() -> None:
     assert (s.type, s.session_affinity, s.internal_traffic_local) == ("NodePort", "None", True)
 
 
+def test_load_balancer_node_ports_external_and_ingress_ips() -> None:
+    obj = svc({"clusterIPs": ["10.96.0.10"], "type": "LoadBalancer",
+               "sessionAffinity": "ClientIP", "externalIPs": ["192.0.2.7", "192.0.2.7"],
+               "ports": [{"name": "http", "port": 80, "nodePort": 30080},
+                         {"name": "x", "port": 81, "nodePort": None}]})
+    obj["status"] = {"loadBalancer": {"ingress": [
+        {"ip": "198.51.100.1"}, {"hostname": "lb.example.org"},
+        {"ip": "198.51.100.2", "ipMode": "Proxy"}, {"ip": "2001:db8::1", "ipMode": "VIP"}]}}
+    s = service_from_k8s(obj)
+    assert s.ports == (ServicePort("http", "TCP", 80, 30080), ServicePort("x", "TCP", 81, 0))
+    assert s.external_ips == (ipaddress.ip_address("192.0.2.7"),)
+    assert s.load_balancer_ips == (ipaddress.ip_address("198.51.100.1"),
+                                   ipaddress.ip_address("2001:db8::1"))
+    assert s.session_affinity == "ClientIP"
+
+
 def test_older_single_cluster_ip_and_defaults() -> None:
     s = service_from_k8s(svc({"clusterIP": "010.96.0.011", "ports": [{"port": 80}]}))
     assert s.cluster_ips == (ipaddress.ip_address("10.96.0.11"),)
@@ -87,6 +104,12 @@ def test_slice_without_service_label() -> None:
     (lambda: service_from_k8s(svc({"clusterIP": "10.96.0.1", "ports": [{"port": 70000}]})),
      "spec.ports[0].port=70000"),
     (lambda: service_from_k8s({"metadata": {"name": "x"}, "spec": {}}), "needs a namespace"),
+    (lambda: service_from_k8s(svc({"ports": [{"port": 80, "nodePort": 0x10000}]})),
+     "spec.ports[0].nodePort=65536"),
+    (lambda: service_from_k8s(svc({"externalIPs": ["198.51.100.x"]})),
+     "spec.externalIPs[0]='198.51.100.x': not an IP address"),
+    (lambda: service_from_k8s({**svc({}), "status": {"loadBalancer": {"ingress": [{"ip": 7}]}}}),
+     "status.loadBalancer.ingress[0].ip=7"),
     (lambda: endpointslice_from_k8s(eps([{"addresses": ["fd00::1"]}], [])),
      "EndpointSlice ns/web-abc: endpoints[0].addresses[0]='fd00::1': not an IPv4 address"),
     (lambda: endpointslice_from_k8s(eps([], [], family="IPv5")), "addressType='IPv5'"),

@@ -3,12 +3,14 @@
 Test plan, examples: a Service's ports map to its slices' ports by name (the resolved
 targetPort), each ClusterIP to the endpoints of its own family; not-ready endpoints, slices of
 other Services or namespaces, ports of another protocol are left out; no ready endpoint, SCTP,
-headless, ExternalName and ClientIP affinity give no translation (kube-proxy keeps them);
-internalTrafficPolicy Local keeps only this node's endpoints; NodePort and LoadBalancer
-Services get their ClusterIP translated; one ClusterIP claimed twice: the first by name wins.
+headless and ExternalName give no translation (kube-proxy keeps them); ClientIP affinity is
+carried; internalTrafficPolicy Local keeps only this node's endpoints for the ClusterIP, not
+for the node's NodePorts, externalIPs and LoadBalancer IPs, each of its family; one address
+claimed twice: the first by name wins.
 Properties (hypothesis, tests/services/strategies.py): the result equals a brute-force
-reference over every (Service, ClusterIP, port, slice, endpoint, address, slice port); it does
-not depend on the order of the inputs; backends are sorted, unique and never empty.
+reference over every (Service, address, port, slice, endpoint, address, slice port), with the
+winner's name, kind and affinity; it does not depend on the order of the inputs; backends are
+sorted, unique and never empty.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import random
 from hypothesis import given, settings
 
 from services import (
+    CLUSTER_IP,
+    EXTERNAL_IP,
+    LOAD_BALANCER,
+    NODE_PORT,
     Backend,
     Endpoint,
     EndpointPort,
@@ -79,8 +85,32 @@ def test_no_translation_without_ready_endpoints_or_for_what_kube_proxy_keeps() -
                         [slice_("IPv4", A, ports=(EndpointPort("s", "SCTP", 9),))]) == {}
     assert translations([web(cluster_ips=())], ready) == {}
     assert translations([web(type="ExternalName")], ready) == {}
-    assert translations([web(session_affinity="ClientIP")], ready) == {}
     assert len(translations([web(type="LoadBalancer")], ready)) == 2
+    sticky = translations([web(session_affinity="ClientIP")], ready)
+    assert len(sticky) == 2 and all(t.affinity for t in sticky.values())
+    assert not any(t.affinity for t in translations([web()], ready).values())
+
+
+NODE4, NODE6, EXT = ip("192.168.16.1"), ip("fd00:16::1"), ip("192.0.2.7")
+
+
+def test_node_ports_external_and_load_balancer_ips() -> None:
+    service = web(type="LoadBalancer", internal_traffic_local=True,
+                  ports=(ServicePort("http", "TCP", 80, 30080), ServicePort("dns", "UDP", 53)),
+                  external_ips=(EXT,), load_balancer_ips=(ip("198.51.100.1"),))
+    got = translations([service], [slice_("IPv4", A, B), slice_("IPv6", A6)], node="n2",
+                       node_ips=(NODE4, NODE6))
+    both = (Backend(ip("10.1.1.2"), 8080), Backend(ip("10.1.2.3"), 8080))
+    assert got[TranslationKey(V4, 80, "TCP")].backends == both[1:]  # Local: n2's only
+    for key in (TranslationKey(NODE4, 30080, "TCP"), TranslationKey(EXT, 80, "TCP"),
+                TranslationKey(ip("198.51.100.1"), 80, "TCP")):
+        assert got[key].backends == both, key
+    assert got[TranslationKey(NODE6, 30080, "TCP")].backends == (Backend(ip("fd00:1::2"), 8080),)
+    assert {t.kind for t in got.values()} == {CLUSTER_IP, NODE_PORT, EXTERNAL_IP, LOAD_BALANCER}
+    assert TranslationKey(NODE4, 53, "UDP") not in got  # no nodePort on that port
+    # LoadBalancer IPs only for type LoadBalancer
+    plain = translations([web(load_balancer_ips=(ip("198.51.100.1"),))], [slice_("IPv4", A)])
+    assert {t.kind for t in plain.values()} == {CLUSTER_IP}
 
 
 def test_internal_traffic_local() -> None:
@@ -99,9 +129,9 @@ def test_one_cluster_ip_claimed_twice() -> None:
 @settings(max_examples=150, deadline=None)
 @given(worlds())
 def test_equals_the_reference(world: World) -> None:
-    got = translations(world.services, world.slices, world.node)
-    pairs = {(key, b) for key, t in got.items() for b in t.backends}
-    assert pairs == reference(world)
+    got = translations(world.services, world.slices, world.node, world.node_ips)
+    assert {k: (t.service, t.kind, t.affinity, set(t.backends)) for k, t in got.items()} == \
+        reference(world)
     for key, t in got.items():
         assert t.key == key
         assert t.backends and list(t.backends) == sorted(set(t.backends))
@@ -114,5 +144,5 @@ def test_order_does_not_matter(world: World) -> None:
     services, slices = list(world.services), list(world.slices)
     random.Random(7).shuffle(services)
     random.Random(8).shuffle(slices)
-    assert translations(services, slices, world.node) == \
-        translations(world.services, world.slices, world.node)
+    assert translations(services, slices, world.node, world.node_ips) == \
+        translations(world.services, world.slices, world.node, world.node_ips)

@@ -1,10 +1,14 @@
-"""ClusterIP translation in VPP's cnat plugin (agent/dataplane/vpp/cnat.py, cnat_node.py)
+"""Service translation in VPP's cnat plugin (agent/dataplane/vpp/cnat.py, cnat_node.py)
 against the fake VPP, which speaks VPP 26.06's cnat messages (tests/fakevpp/cnat.py).
 
 Plan:
 - apply installs one translation per key, VIP and paths as VPP gives them back (source kept);
   nothing changed -> nothing sent; changed backends -> one update in place (same id); a key no
   longer desired -> deleted; a translation VPP refuses is reported and the others installed;
+- a NodePort, externalIP or LoadBalancer address is a real IP (cnat interposes), a ClusterIP is
+  not; ClientIP affinity is Maglev over the client's address; a change of either is a delete
+  and a new translation (VPP keeps both from the creation), and after an agent restart the
+  affinity read back (lb_type) leaves an unchanged one alone;
 - agent restart: a new renderer reads VPP's translations back, sends nothing for the unchanged
   and deletes the stale; VPP restart: the next apply after the reconnect makes all again;
 - the driver with cnat on: at start the hairpin SNAT entry (last usable pod-subnet address per
@@ -20,15 +24,16 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
 from agent.dataplane.undo import UndoStack
 from agent.dataplane.vpp import VppDataplane, cnat_node, names
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
-from agent.dataplane.vpp.cnat import VppServices, decode
+from agent.dataplane.vpp.cnat import Held, VppServices, decode
 from agent.model.errors import DataplaneFailure, TryAgainLater
-from services import Backend, Translation, TranslationKey
+from services import NODE_PORT, Backend, Translation, TranslationKey
 from testbed.pods import vpp_pod as pod
 from tests.fakevpp import API_DIR, FakeVPP
 
@@ -54,7 +59,7 @@ def api(bare_fake: FakeVPP) -> Iterator[VppApi]:
 def held(fake: FakeVPP) -> dict[TranslationKey, tuple[int, tuple[Backend, ...]]]:
     out = {}
     for ident, t in fake.cnat().translations.items():
-        assert t["vip"]["sw_if_index"] == 0xFFFFFFFF and t["is_real_ip"] == 0
+        assert t["vip"]["sw_if_index"] == 0xFFFFFFFF
         assert all(int(p["src_ep"]["addr"]) == 0 and p["src_ep"]["port"] == 0 for p in t["paths"])
         protocol = {6: "TCP", 17: "UDP"}[t["ip_proto"]]
         key = TranslationKey(t["vip"]["addr"], t["vip"]["port"], protocol)
@@ -124,7 +129,37 @@ def test_vpp_restart_makes_everything_again(bare_fake: FakeVPP, api: VppApi) -> 
 def test_decode_leaves_out_what_the_agent_never_makes(bare_fake: FakeVPP, api: VppApi) -> None:
     VppServices(api).apply({WEB: tr(WEB, "10.1.1.2")})
     [details] = api.dump("cnat_translation_dump")
-    assert decode(details) == (0, WEB, (Backend(ip("10.1.1.2"), 8080),))
+    assert decode(details) == (WEB, Held(0, (Backend(ip("10.1.1.2"), 8080),), None, False))
+
+
+NODE_WEB = TranslationKey(ip("192.168.16.1"), 30080, "TCP")
+
+
+def test_real_ips_and_affinity(bare_fake: FakeVPP, api: VppApi) -> None:
+    renderer = VppServices(api)
+    plain, node = tr(WEB, "10.1.1.2", "10.1.2.3"), tr(NODE_WEB, "10.1.1.2", "10.1.2.3")
+    node = replace(node, kind=NODE_PORT)
+    renderer.apply({WEB: plain, NODE_WEB: node})
+    made = {(t["vip"]["port"]): t for t in bare_fake.cnat().translations.values()}
+    assert (made[80]["is_real_ip"], made[80]["lb_type"], made[80]["flow_hash_config"]) == (0, 0, 0)
+    assert made[30080]["is_real_ip"] == 1
+    # affinity on: VPP keeps the flow hash from the creation, so delete and make again
+    sticky = {WEB: replace(plain, affinity=True), NODE_WEB: node}
+    mark = len(bare_fake.requests)
+    report = renderer.apply(sticky)
+    assert sent(bare_fake, mark) == ["cnat_translation_del", "cnat_translation_update"]
+    assert (report.created, report.unchanged) == (1, 1)
+    made = {(t["vip"]["port"]): t for t in bare_fake.cnat().translations.values()}
+    assert (made[80]["lb_type"], made[80]["flow_hash_config"]) == (1, 0x01)
+    assert renderer.installed() == {WEB: plain.backends, NODE_WEB: node.backends}
+    # an agent restart reads the affinity back (lb_type); is_real_ip is not read back
+    mark = len(bare_fake.requests)
+    assert VppServices(api).apply(sticky).unchanged == 2
+    assert sent(bare_fake, mark) == ["cnat_translation_dump"]
+    mark = len(bare_fake.requests)
+    VppServices(api).apply({WEB: plain, NODE_WEB: node})  # affinity off again: made again
+    assert sent(bare_fake, mark) == ["cnat_translation_dump", "cnat_translation_del",
+                                     "cnat_translation_update"]
 
 
 def test_driver_sets_cnat_up_and_enables_each_pod_once(

@@ -9,6 +9,10 @@ the pods' namespaces through VPP, IPv4 and IPv6:
   sees the client pod's own address, and the client's answer comes from the ClusterIP; also
   with the backend beyond the VPP-host interconnect (as another node's pods are);
 - the Service's backends change (one more): new connections reach both, in VPP only;
+- ClientIP affinity (Maglev over the client's address): every connection of a client goes to
+  one of two backends;
+- a NodePort on the node's own address (a real IP: cnat interposes) is translated for its port,
+  and the node keeps answering on its other ports;
 - hairpin: a pod reaches a Service whose only backend is itself, and sees the node's hairpin
   address (the pod subnet's reserved last address) as the peer;
 - a port the Service has no translation for, and the translations deleted: nothing is
@@ -33,7 +37,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -44,7 +48,7 @@ from agent.dataplane.vpp.cnat import VppServices
 from agent.linux import pod_netns
 from agent.model.pod import PodNetwork
 from policy import DirectionRules, PodKey, PodPolicy, PortRange, Rule
-from services import Backend, Translation, TranslationKey
+from services import NODE_PORT, Backend, Translation, TranslationKey
 from testbed.echo import listeners
 from testbed.netns import entered, named_netns, ping
 from testbed.pods import dual_stack_pod
@@ -246,6 +250,32 @@ def test_backends_change_in_place(env: Env) -> None:
         assert b.seen and c.seen  # 24 connections, two backends: both got some
     env.services.apply({}, [])
     assert ask(env.ns(client), "tcp", VIP4, 80) is None
+
+
+def test_client_ip_affinity_keeps_a_client_on_one_backend(env: Env) -> None:
+    # a port of its own: cnat's sessions of the other tests' connections to VIP4:80 live on
+    # (30 s), and a new connection that reuses one's source port would follow it
+    client = 0
+    (key, spread), = service(VIP4, 81, "TCP", (env.ip(1), 8080), (env.ip(2), 8080)).items()
+    env.services.apply({key: replace(spread, affinity=True)}, [])
+    with Peers(env.ns(1), [str(env.ip(1))], 8080) as b, \
+            Peers(env.ns(2), [str(env.ip(2))], 8080) as c:
+        answers = [ask(env.ns(client), "tcp", VIP4, 81) for _ in range(24)]
+        assert all(a == (f"peer={env.ip(client)}", str(VIP4)) for a in answers), answers
+        # without affinity 24 connections reach both (test_backends_change_in_place)
+        assert sorted((len(b.seen), len(c.seen))) == [0, 24]
+    env.services.apply({}, [])
+
+
+def test_a_node_port_on_the_nodes_own_address(env: Env) -> None:
+    client, node = 0, "172.31.254.2"
+    (key, t), = service(ip(node), 30080, "TCP", (env.ip(1), 8080)).items()
+    assert env.services.apply({key: replace(t, kind=NODE_PORT)}, []).failed == {}
+    with Peers(env.ns(1), [str(env.ip(1))], 8080) as backend, Peers(None, [node], 8081) as host:
+        assert ask(env.ns(client), "tcp", node, 30080) == (f"peer={env.ip(client)}", node)
+        assert ask(env.ns(client), "tcp", node, 8081) == (f"peer={env.ip(client)}", node)
+        assert backend.seen == [str(env.ip(client))] and host.seen == [str(env.ip(client))]
+    env.services.apply({}, [])
 
 
 def test_hairpin_reaches_itself_through_the_service(env: Env) -> None:

@@ -1,17 +1,29 @@
-"""ClusterIP translations in VPP's cnat plugin: the desired translations (computed by the pure
+"""Service translations in VPP's cnat plugin: the desired translations (computed by the pure
 `services` package) diffed against what VPP holds.
 
     services = VppServices(api, ensure=driver.ensure)
     services.apply({key: Translation, ...}, pod_interfaces=[sw_if_index, ...])
     services.installed()                    # {TranslationKey: backends}, no VPP call
 
-A translation is one `cnat_translation_update` (VIP = ClusterIP:port, protocol, one path per
-ready endpoint: destination rewritten, source kept, so the backend sees the client pod's
-address). VPP answers its id; the same VIP, port and protocol again replaces the paths in place
-(same id). `cnat_translation_del` takes one away. cnat translations carry no tag: the agent owns
-every translation of its VPP (docs/vpp.md says so), so after an agent restart the first apply
-reads them back (`cnat_translation_dump`), keeps the ones still wanted and deletes the rest;
-after a VPP restart (a new connection generation) VPP has none and all are made again.
+A translation is one `cnat_translation_update` (VIP = the Service address:port, protocol, one
+path per ready endpoint: destination rewritten, source kept, so the backend sees the client
+pod's address). VPP answers its id; the same VIP, port and protocol again replaces the paths in
+place (same id). `cnat_translation_del` takes one away.
+
+Two things VPP fixes when it creates a translation and an update does not change:
+- `is_real_ip`: a ClusterIP is VPP's alone (cnat's FIB entry for it is exclusive); a node
+  address, externalIP or LoadBalancer IP may be a real host's, so cnat interposes on the route
+  VPP has and traffic to its other ports goes where it went;
+- the load balancing: ClientIP affinity is Maglev over a flow hash of the client's address
+  alone (a client's new connections go to one backend; Maglev moves few clients when the
+  backends change). Its `lb_type` is what VPP's details give back, so after an agent restart
+  the affinity is known again; `is_real_ip` is not given back and is taken as it should be.
+A translation whose kind of address or affinity changed is deleted and made again.
+
+cnat translations carry no tag: the agent owns every translation of its VPP (docs/vpp.md says
+so), so after an agent restart the first apply reads them back (`cnat_translation_dump`), keeps
+the ones still wanted and deletes the rest; after a VPP restart (a new connection generation)
+VPP has none and all are made again.
 
 `pod_interfaces`: the node's pod interfaces; cnat is enabled on any this renderer has not seen
 on this connection (the driver enables it on each pod it wires; this covers pods made before
@@ -30,13 +42,30 @@ from typing import Any
 
 from agent.dataplane.vpp import cnat_node
 from agent.dataplane.vpp.api import VppApi, VppCallFailed
-from services import Backend, Translation, TranslationKey
+from services import CLUSTER_IP, Backend, Translation, TranslationKey
 
 log = logging.getLogger(__name__)
 
 ANY = 0xFFFFFFFF
 PROTOCOLS = {"TCP": 6, "UDP": 17}  # vl_api_ip_proto_t
 PROTOCOL_NAMES = {v: k for k, v in PROTOCOLS.items()}
+LB_DEFAULT, LB_MAGLEV = 0, 1  # vl_api_cnat_lb_type_t
+HASH_SRC_IP = 0x01  # vl_api_ip_flow_hash_config_v2_t: the source address only
+
+
+@dataclass(frozen=True)
+class Held:
+    """What VPP holds for a key: its id, the backends, whether the VIP is a real host's
+    address (None: read back from VPP, which does not say) and the affinity."""
+
+    ident: int
+    backends: tuple[Backend, ...]
+    real: bool | None
+    affinity: bool
+
+    def same_kind(self, translation: Translation) -> bool:
+        return translation.affinity == self.affinity and \
+            self.real in (None, translation.kind != CLUSTER_IP)
 
 
 @dataclass
@@ -62,13 +91,14 @@ def encode(translation: Translation) -> dict[str, Any]:
     paths = [{"dst_ep": _endpoint(b.address, b.port), "src_ep": _endpoint(unset, 0), "flags": 0}
              for b in translation.backends]
     return {"vip": _endpoint(key.vip, key.port), "id": 0, "ip_proto": PROTOCOLS[key.protocol],
-            "is_real_ip": 0, "flags": 0, "lb_type": 0, "n_paths": len(paths),
-            "flow_hash_config": 0, "paths": paths}
+            "is_real_ip": int(translation.kind != CLUSTER_IP), "flags": 0,
+            "lb_type": LB_MAGLEV if translation.affinity else LB_DEFAULT, "n_paths": len(paths),
+            "flow_hash_config": HASH_SRC_IP if translation.affinity else 0, "paths": paths}
 
 
-def decode(details: Any) -> tuple[int, TranslationKey, tuple[Backend, ...]] | None:
-    """(id, key, backends) of one cnat_translation_details; None for what the agent never
-    makes (an interface VIP, another protocol)."""
+def decode(details: Any) -> tuple[TranslationKey, Held] | None:
+    """The key and what VPP holds of one cnat_translation_details; None for what the agent
+    never makes (an interface VIP, another protocol)."""
     t = details.translation
     protocol = PROTOCOL_NAMES.get(int(t.ip_proto))
     if protocol is None or int(t.vip.sw_if_index) != ANY:
@@ -76,7 +106,7 @@ def decode(details: Any) -> tuple[int, TranslationKey, tuple[Backend, ...]] | No
     key = TranslationKey(ipaddress.ip_address(str(t.vip.addr)), int(t.vip.port), protocol)
     backends = tuple(sorted(Backend(ipaddress.ip_address(str(p.dst_ep.addr)), int(p.dst_ep.port))
                             for p in list(t.paths)[: int(t.n_paths)]))
-    return int(t.id), key, backends
+    return key, Held(int(t.id), backends, None, int(t.lb_type) == LB_MAGLEV)
 
 
 class VppServices:
@@ -88,13 +118,13 @@ class VppServices:
         self._ensure = ensure
         self._lock = threading.Lock()
         self._generation = -1
-        self._installed: dict[TranslationKey, tuple[int, tuple[Backend, ...]]] = {}
+        self._installed: dict[TranslationKey, Held] = {}
         self._enabled: set[int] = set()
         self._unread: set[int] = set()  # ids VPP holds that no key explains (read back)
 
     def installed(self) -> dict[TranslationKey, tuple[Backend, ...]]:
         with self._lock:
-            return {k: b for k, (_, b) in self._installed.items()}
+            return {k: held.backends for k, held in self._installed.items()}
 
     def apply(self, desired: Mapping[TranslationKey, Translation],
               pod_interfaces: Iterable[int] = ()) -> ServicesReport:
@@ -114,15 +144,18 @@ class VppServices:
                 self._enabled.add(sw)
                 report.enabled += 1
             for key in sorted(set(self._installed) - set(desired)):
-                self._delete(self._installed.pop(key)[0])
+                self._delete(self._installed.pop(key).ident)
                 report.deleted += 1
+            for key in sorted(set(self._installed) & set(desired)):
+                if not self._installed[key].same_kind(desired[key]):  # only a new one changes it
+                    self._delete(self._installed.pop(key).ident)
             for ident in sorted(self._unread):
                 self._delete(ident)
                 report.deleted += 1
             self._unread.clear()
             for key, translation in sorted(desired.items()):
                 have = self._installed.get(key)
-                if have is not None and have[1] == translation.backends:
+                if have is not None and have.backends == translation.backends:
                     report.unchanged += 1
                     continue
                 try:
@@ -132,7 +165,8 @@ class VppServices:
                 except VppCallFailed as exc:
                     report.failed[key] = str(exc)
                     continue
-                self._installed[key] = (int(reply.id), translation.backends)
+                self._installed[key] = Held(int(reply.id), translation.backends,
+                                            translation.kind != CLUSTER_IP, translation.affinity)
                 if have is None:
                     report.created += 1
                 else:
@@ -152,11 +186,11 @@ class VppServices:
             found = decode(details)
             if found is None:
                 continue
-            ident, key, backends = found
+            key, held = found
             if key in self._installed:  # cannot be (VPP keys them so): delete the extra one
-                self._unread.add(ident)
+                self._unread.add(held.ident)
             else:
-                self._installed[key] = (ident, backends)
+                self._installed[key] = held
         self._generation = self.api.generation
         if self._installed:
             log.info("%d Service translations found in VPP", len(self._installed))
