@@ -54,7 +54,10 @@ class KubeApiServer:
     """One kube-apiserver on loopback; a context manager that always cleans up."""
 
     def __init__(self, binary: str, etcd_endpoints: list[str], *,
-                 users: tuple[str, ...] = ("reflector",), watch_cache: bool = True) -> None:
+                 users: tuple[str, ...] = ("reflector",), watch_cache: bool = True,
+                 sans: tuple[str, ...] = ()) -> None:
+        """`sans`: more names of its serving certificate ("IP:..."), for clients that reach
+        it through a relay at another address (a node namespace's agent)."""
         self.binary = binary
         self.etcd_endpoints = etcd_endpoints
         self.watch_cache = watch_cache
@@ -64,7 +67,7 @@ class KubeApiServer:
         self.log_path = self.root / "apiserver.log"
         pki = Pki(self.root / "pki")
         self.ca = pki.ca("kube-ca")
-        self.serving = self.ca.issue("apiserver", server=True, sans=("IP:127.0.0.1",))
+        self.serving = self.ca.issue("apiserver", server=True, sans=("IP:127.0.0.1", *sans))
         self.sa_keys = pki.key_pair("service-accounts")
         self.tokens = {name: os.urandom(16).hex() for name in (ADMIN, *users)}
         lines = [f'{self.tokens[ADMIN]},{ADMIN},uid-{ADMIN},"system:masters"']
@@ -142,14 +145,15 @@ class KubeApiServer:
 
     # ---- clients -----------------------------------------------------------------------------
 
-    def kubeconfig(self, user: str, port: int | None = None) -> Path:
-        """A kubeconfig file for token user `user`, to this server or to `port` on loopback
-        (a proxy in front of it: testbed/tcpproxy)."""
-        path = self.root / f"kubeconfig-{user}-{port or self.port}.yaml"
+    def kubeconfig(self, user: str, port: int | None = None, host: str = "127.0.0.1") -> Path:
+        """A kubeconfig file for token user `user`, to this server or to `port` on `host` (a
+        proxy in front of it: testbed/tcpproxy; a host other than loopback must be one of
+        the certificate's `sans`)."""
+        path = self.root / f"kubeconfig-{user}-{host}-{port or self.port}.yaml"
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
             "clusters": [{"name": "test", "cluster": {
-                "server": f"https://127.0.0.1:{port or self.port}",
+                "server": f"https://{host}:{port or self.port}",
                 "certificate-authority": str(self.ca.cert)}}],
             "users": [{"name": user, "user": {"token": self.tokens[user]}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],

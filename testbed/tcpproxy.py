@@ -31,11 +31,14 @@ def _reset(sock: socket.socket) -> None:
 
 
 class TcpProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1",
+                 listener: socket.socket | None = None) -> None:
+        """`listener`: a listening socket of the caller's (one made in another network
+        namespace: a relay from it to this one's loopback); by default one on 127.0.0.1."""
         self.target = (target_host, target_port)
         self.hold = False
         self.down = 0  # bytes from the server to its clients, all connections
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = listener or socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []

@@ -37,10 +37,10 @@ from agent.model.errors import InvalidConfig
 from agent.model.pod import PodRecord
 from agent.netpol.controller import PolicyController
 from agent.netpol.perpod import PerPod, merged_addresses
-from agent.netpol.types import Counts, Enforced, RemotePod
+from agent.netpol.types import Counts, Enforced
 from agent.state.registry import Registry
 from ipam import NodeNetworks
-from policy.model import IPAddress, IPNetwork
+from policy.model import IPAddress
 
 log = logging.getLogger(__name__)
 
@@ -95,25 +95,17 @@ def node_addresses(networks: NodeNetworks, node_ip: str, dataplane: str) -> list
     return list(dict.fromkeys(out))
 
 
-def nft_renderer(table: NftPolicy,
-                 judged: Callable[[], tuple[IPAddress | IPNetwork, ...]] = tuple,
-                 remote: bool = False) -> PerPod:
-    """`judged`: sources allowed in besides the node's (other nodes' IPs with VPP, see
-    agent/linux/nftpolicy/render.PodRules); `remote`: other nodes' ingress-isolated pods get
-    their ingress chains here too (VPP: the Service path this node translates)."""
+def nft_renderer(table: NftPolicy) -> PerPod:
     def merge(group: list[Enforced]) -> PodRules | None:
-        return PodRules(group[-1].policy, merged_addresses(group), judged()) if group else None
+        return PodRules(group[-1].policy, merged_addresses(group)) if group else None
 
     def counters() -> Counts:
         c = table.counters()
         return Counts({p: (n.packets, n.bytes) for p, n in c.allowed.items()},
                       {(pod, d): (n.packets, n.bytes) for (pod, d), n in c.dropped.items()})
 
-    def remote_rules(pod: RemotePod) -> PodRules:
-        return PodRules(pod.policy, pod.addresses)
-
     return PerPod("nftables", True, table.apply, table.apply_pod, table.remove_pod, merge,
-                  counters, remote_rules if remote else None)
+                  counters)
 
 
 class KubeSide:
@@ -160,42 +152,40 @@ class KubeSide:
                                 "fix KubeConfig, or remove it to run without NetworkPolicy"
                                 ) from exc
         exempt = node_addresses(networks, node_ip, cfg.dataplane)
-
-        # With Linux's VXLAN mesh the masquerade towards another node's pod picks the VXLAN
-        # device's address: every node's is in VxlanCIDR, a range only nodes hold. With VPP's
-        # own WireGuard, Linux sends to remote pods through VPP, from its end of the VPP-host
-        # interconnect: every node's is in VPPHostSubnetCIDR.
-        overlay: tuple[IPNetwork, ...] = (
-            (cfg.ipam.vpp_host_subnet_cidr,) if cfg.encryption != "off" else ()
-        ) if cfg.vxlan_in_vpp else (cfg.ipam.vxlan_cidr,)
-
-        def other_nodes() -> tuple[IPAddress | IPNetwork, ...]:
-            """Every Node's InternalIP but this node's: with VPP, the sources of Service
-            connections other nodes judged and then masqueraded (agent/linux/hostnat)."""
-            ips = (ip for node in kube.nodes().values() for ip in node.internal_ips)
-            return (*sorted(set(ips) - set(exempt), key=str), *overlay)
-
         vpp = cfg.dataplane == "vpp"
         # the conntrack sweep off the apply path: a change or an ADD never waits for it
         table = NftPolicy(cfg.nat_table, sweep_in_background=True)
-        renderers = [nft_renderer(table, other_nodes if vpp else tuple,
-                                  remote=vpp)]
+        renderers = [nft_renderer(table)]
         if vpp:
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs
 
             renderers.append(vpp_renderer(dataplane, cfg.vpp_api_socket,
-                                          [cfg.ipam.service_cidr], exempt, other_nodes,
+                                          [cfg.ipam.service_cidr], exempt,
                                           services_in_vpp=translate))
-        controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records,
-                                      remote_ingress=vpp)
+        controller = PolicyController(kube, renderers, cfg.node_name, lambda: exempt, records)
         woken.append(controller)
         clusterip = None
         if translate:
             from agent.app.services_vpp import clusterip_controller
 
-            clusterip = clusterip_controller(kube, dataplane, cfg.node_name, networks, records)
+            def own_ips() -> list[IPAddress]:
+                """Where this node's pods reach its NodePorts: its Node's InternalIPs and the
+                agent's node IP."""
+                found = kube.node(cfg.node_name)
+                mine = [ipaddress.ip_address(node_ip.split("/")[0])] if node_ip else []
+                return list(dict.fromkeys([*(found.internal_ips if found else ()), *mine]))
+
+            clusterip = clusterip_controller(kube, dataplane, cfg.node_name, networks, records,
+                                             own_ips)
             woken.append(clusterip)
-            log.info("ClusterIPs translated by VPP's cnat plugin (ServiceTranslation: vpp)")
+            log.info("Services translated by VPP's cnat plugin (ServiceTranslation: vpp): "
+                     "ClusterIPs, this node's NodePorts, externalIPs, LoadBalancer IPs")
+        elif vpp:
+            log.warning("NetworkPolicy with Dataplane: vpp and ServiceTranslation: kube-proxy: "
+                        "a pod's Service connection to a backend on another node arrives "
+                        "there masqueraded to this node's address, and the backend's "
+                        "NetworkPolicy judges that address (it allows it only through an "
+                        "ipBlock); ServiceTranslation: vpp keeps the client pod's address")
         side = cls(kube, controller, table, clusterip)
         side._gauges(metrics)
         log.info("NetworkPolicy on: Kubernetes API %s, rendered by %s", kube.api.server,

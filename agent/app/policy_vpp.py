@@ -4,7 +4,6 @@ attachments, its counters summed the way the nftables renderer's are."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent.dataplane.vpp.acl import PodAcl, VppPolicy
@@ -16,28 +15,14 @@ from policy.model import IPAddress, IPNetwork
 
 
 def vpp_renderer(dataplane: Any, api_socket: str, service_cidrs: list[IPNetwork],
-                 exempt: list[IPAddress],
-                 cluster_nodes: Callable[[], Iterable[IPAddress | IPNetwork]],
-                 services_in_vpp: bool = False) -> PerPod:
+                 exempt: list[IPAddress], services_in_vpp: bool = False) -> PerPod:
     """`dataplane`: the VPP driver (its API connection is shared); VPP's stats segment is read
     from the socket beside the API socket (VPP's default /run/vpp/stats.sock).
-    `services_in_vpp`: ServiceTranslation vpp (a pod's hairpin stays in VPP).
-    `cluster_nodes`: every node's IP (the Kubernetes Nodes' InternalIPs): a Service connection
-    from another node's pod arrives masqueraded to that node's IP, judged there already."""
+    `exempt`: this node's addresses (no other node's are).
+    `services_in_vpp`: ServiceTranslation vpp (a pod's hairpin stays in VPP)."""
     stats = StatsSegment(stats_socket(api_socket))
     acls = VppPolicy(dataplane.api, service_cidrs, exempt, stats=stats,
                      self_egress=services_in_vpp)
-
-    def current() -> None:
-        acls.judged_nodes = tuple(sorted(set(cluster_nodes()) - set(exempt), key=str))
-
-    def apply(desired: dict[Any, PodAcl]) -> None:
-        current()
-        acls.apply(desired)
-
-    def apply_pod(key: Any, pod: PodAcl) -> None:
-        current()
-        acls.apply_pod(key, pod)
 
     def merge(group: list[Enforced]) -> PodAcl | None:
         # A pod has one interface in VPP at a time: the newest attachment's (a replaced
@@ -63,4 +48,4 @@ def vpp_renderer(dataplane: Any, api_socket: str, service_cidrs: list[IPNetwork]
                     dropped[(pod, c.direction)] = (have[0] + c.packets, have[1] + c.bytes)
         return Counts(allowed, dropped)
 
-    return PerPod("vpp-acl", False, apply, apply_pod, acls.remove_pod, merge, counters)
+    return PerPod("vpp-acl", False, acls.apply, acls.apply_pod, acls.remove_pod, merge, counters)

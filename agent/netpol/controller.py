@@ -7,12 +7,10 @@ Two paths, one compiler:
   then a short `debounce` so a burst of events costs one apply) and every `resync` seconds (a
   VPP restart that lost its ACLs, anything missed), the local attachments' rules are compiled
   (this node's pods only, peers from the whole cluster) and every renderer gets the whole
-  desired state; renderers diff and change only what changed. With `remote_ingress` (the VPP
-  dataplane) every pod is compiled and the renderers also get the other nodes' pods whose
-  ingress is isolated: a Service connection this node translates to such a pod is judged here,
-  with the client pod's own address, before the masquerade of the Service path hides it
-  (agent/linux/hostnat); the pod's own node then lets the other nodes' IPs in. Until the cache
-  has listed once, nothing is applied: the rules in place (nftables and VPP keep them while the
+  desired state; renderers diff and change only what changed. No node holds rules for
+  another node's pods: each pod is judged on its own node, with the source its packets arrive
+  with there (docs/policy.md, "Only the pod's own node is exempt"). Until the cache has listed
+  once, nothing is applied: the rules in place (nftables and VPP keep them while the
   agent restarts) stay as they are, rather than opening every pod for the moments of a restart.
 - **ADD** (`admit`, a step of the ADD before the pod side gets its addresses, so before the pod
   can send or receive anything): the pod's rules from the cached policies and the pod's labels,
@@ -46,12 +44,10 @@ from agent.netpol.types import (
     Enforced,
     K8sPod,
     PolicySource,
-    RemotePod,
     Renderer,
 )
 from policy import Compiled, Pod
 from policy.model import IPAddress
-from policy.rules import OPEN
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +77,7 @@ class PolicyController:
         debounce: float = 0.05,
         resync: float = 30.0,
         sync_wait: float = 5.0,
-        remote_ingress: bool = False,
     ) -> None:
-        """`remote_ingress`: the renderers also get the other nodes' ingress-isolated pods
-        (RemotePod; the VPP dataplane, whose Service path masquerades)."""
         self.source = source
         self.renderers = list(renderers)
         self.node = node
@@ -93,12 +86,11 @@ class PolicyController:
         self.debounce = debounce
         self.sync_wait = sync_wait
         self.sctp = all(r.sctp for r in self.renderers)
-        self.remote_ingress = remote_ingress
         self._lock = threading.Lock()  # one apply or admit at a time: renderers are not shared
         self._installed: dict[AttachmentKey, Enforced] = {}
         self._admitted: dict[AttachmentKey, PodRecord] = {}  # ADDs not in the records yet
         self._version = 0  # counts admits and releases (apply_all plans outside the lock)
-        self._last: tuple[object, object] | None = None  # the last apply's input
+        self._last: dict[AttachmentKey, Enforced] | None = None  # the last apply's input
         self._forced = float("-inf")
         self._changed_dataplane = False
         self._warnings: tuple[str, ...] = ()
@@ -149,15 +141,15 @@ class PolicyController:
             with self._lock:
                 if version != self._version:
                     continue  # an ADD or DEL came in between: plan again with it
-                desired, remote, warnings = plan
+                desired, warnings = plan
                 now = time.monotonic()
                 force = force or self._changed_dataplane or \
                     now - self._forced >= self.loop.interval
-                if not force and (desired, remote) == self._last:
+                if not force and desired == self._last:
                     return  # a change elsewhere in the cluster that changes nothing here
                 for renderer in self.renderers:
-                    renderer.apply(desired, remote)
-                self._installed, self._last = desired, (desired, remote)
+                    renderer.apply(desired)
+                self._installed, self._last = desired, desired
                 if force:
                     self._forced, self._changed_dataplane = now, False
                 self._warnings = warnings
@@ -165,8 +157,7 @@ class PolicyController:
                 self.last_apply = time.time()
                 return
 
-    def _plan(self) -> tuple[dict[AttachmentKey, Enforced], dict[K8sPod, RemotePod] | None,
-                             tuple[str, ...]]:
+    def _plan(self) -> tuple[dict[AttachmentKey, Enforced], tuple[str, ...]]:
         """What the renderers should hold: the records' attachments, plus those admitted by an
         ADD whose record is not committed yet (a full apply must not take their rules away)."""
         records = [r for r in self._records() if record_pod(r) is not None]
@@ -176,14 +167,13 @@ class PolicyController:
                 del self._admitted[key]
             records += list(self._admitted.values())
         local = {record_pod(r) for r in records}
-        compiled = self._compile(records, None if self.remote_ingress else local)
+        compiled = self._compile(records, local)
         desired: dict[AttachmentKey, Enforced] = {}
         for record in records:
             enforced = self._enforced(record, compiled)
             if enforced is not None:
                 desired[record.key] = enforced
-        remote = self._remote(compiled, local) if self.remote_ingress else None
-        return desired, remote, compiled.warnings
+        return desired, compiled.warnings
 
     # ---- the request path ------------------------------------------------------------------
 
@@ -256,18 +246,7 @@ class PolicyController:
 
     # ---- compiling -------------------------------------------------------------------------
 
-    def _remote(self, compiled: Compiled, local: set[K8sPod | None]) -> dict[K8sPod, RemotePod]:
-        """The other nodes' pods whose ingress is isolated, with their addresses in the API."""
-        pods = self.source.pods()
-        out = {}
-        for key, found in compiled.pods.items():
-            pod = pods.get(key)
-            if key in local or pod is None or not pod.ips or not found.ingress.isolated:
-                continue
-            out[key] = RemotePod(key, replace(found, egress=OPEN), pod.ips)
-        return out
-
-    def _compile(self, records: list[PodRecord], wanted: set[K8sPod | None] | None,
+    def _compile(self, records: list[PodRecord], wanted: set[K8sPod | None],
                  add: bool = False) -> Compiled:
         """The rules of `wanted`'s pods: the cache's pods, this node's as its records say (a
         pod the cache lacks comes from one GET, or without labels when the API has none).
@@ -289,7 +268,7 @@ class PolicyController:
             local = {**self._local, **local}
         else:
             self._local = local
-        only = None if wanted is None else {k for k in wanted if k is not None}
+        only = {k for k in wanted if k is not None}
         return self._index.compile(self.source.pod_changes, local, self.source.namespaces(),
                                    self.source.policies().values(), sctp=self.sctp,
                                    node_addresses={self.node: self._node_addresses()},

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent.netpol.types import AttachmentKey, Counts, Enforced, K8sPod, RemotePod
+from agent.netpol.types import AttachmentKey, Counts, Enforced, K8sPod
 from policy.model import IPAddress
 
 
@@ -23,29 +23,21 @@ class PerPod:
     def __init__(self, name: str, sctp: bool, apply: Callable[[dict[K8sPod, Any]], object],
                  apply_pod: Callable[[K8sPod, Any], object],
                  remove_pod: Callable[[K8sPod], object],
-                 merge: Callable[[list[Enforced]], Any], counters: Callable[[], Counts],
-                 remote: Callable[[RemotePod], Any] | None = None) -> None:
-        """`remote`: the value for a pod of another node (None: this renderer takes none)."""
+                 merge: Callable[[list[Enforced]], Any], counters: Callable[[], Counts]) -> None:
         self.name = name
         self.sctp = sctp
         self._apply, self._apply_pod, self._remove_pod = apply, apply_pod, remove_pod
         self._merge = merge
         self._counters = counters
-        self._remote = remote
         self._attachments: dict[AttachmentKey, Enforced] = {}
 
     def _of(self, pod: K8sPod) -> list[Enforced]:
         return [e for e in self._attachments.values() if e.pod == pod]
 
-    def apply(self, desired: Mapping[AttachmentKey, Enforced],
-              remote: Mapping[K8sPod, RemotePod] | None = None) -> None:
+    def apply(self, desired: Mapping[AttachmentKey, Enforced]) -> None:
         self._attachments = dict(desired)
         merged = {pod: self._merge(self._of(pod)) for pod in {e.pod for e in desired.values()}}
         values = {pod: value for pod, value in merged.items() if value is not None}
-        if self._remote is not None:
-            for pod, other in (remote or {}).items():
-                if pod not in values:
-                    values[pod] = self._remote(other)
         self._apply(values)
 
     def apply_one(self, enforced: Enforced) -> None:

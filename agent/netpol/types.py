@@ -34,17 +34,6 @@ class Enforced:
         return self.policy.ingress.isolated or self.policy.egress.isolated
 
 
-@dataclass(frozen=True)
-class RemotePod:
-    """A pod of another node whose ingress is isolated, as this node's Service path needs it
-    (VPP dataplane: a Service connection this node translates to it is judged here, with the
-    client pod's own address, before the masquerade hides that address)."""
-
-    pod: K8sPod
-    policy: PodPolicy
-    addresses: tuple[IPAddress, ...]
-
-
 Count = tuple[int, int]  # packets, bytes
 
 
@@ -79,8 +68,7 @@ class Renderer(Protocol):
     name: str
     sctp: bool  # can it match SCTP ports (the compiler's `sctp=`)
 
-    def apply(self, desired: Mapping[AttachmentKey, Enforced],
-              remote: Mapping[K8sPod, RemotePod] | None = None) -> None: ...
+    def apply(self, desired: Mapping[AttachmentKey, Enforced]) -> None: ...
     def apply_one(self, enforced: Enforced) -> None: ...
     def remove_one(self, key: AttachmentKey) -> None: ...
     def counters(self) -> Counts: ...
@@ -97,5 +85,5 @@ class PolicySource(Protocol):
     def pod(self, namespace: str, name: str) -> Pod | None: ...
 
 
-__all__ = ["AttachmentKey", "Count", "Counts", "Enforced", "K8sPod", "PolicySource", "RemotePod",
+__all__ = ["AttachmentKey", "Count", "Counts", "Enforced", "K8sPod", "PolicySource",
            "Renderer"]

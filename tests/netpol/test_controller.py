@@ -9,8 +9,7 @@ Test plan:
 - a full apply gives every renderer the whole node: every local attachment, peers from the
   cluster, a changed policy changes the rules, an attachment whose pod left loses them;
 - a sandbox replaced: the old attachment's DEL leaves the new one's rules;
-- with `remote_ingress` (VPP) a full apply also gives the other nodes' ingress-isolated pods
-  with their API addresses and their egress left open, and not this node's own;
+- no renderer ever gets another node's pod: other nodes' pods are peers only;
 - `explain` shows the rules in force and the policies each came from; counters add up;
 - the compiler's index is kept between compiles: a pod elsewhere that joins, changes or leaves
   updates it (no rebuild) and the rules follow; an ADD between full applies shares it.
@@ -32,7 +31,7 @@ from agent.infra.listwatch import Changes
 from agent.model.errors import TryAgainLater
 from agent.model.pod import PodKey, PodRecord
 from agent.netpol.controller import PolicyController
-from agent.netpol.types import Counts, Enforced, RemotePod
+from agent.netpol.types import Counts, Enforced
 from policy import Namespace, NetworkPolicy, Pod, pod_from_k8s, policy_from_k8s
 from policy import PodKey as K8sPod
 from tests.policy.build import pod, policy
@@ -95,11 +94,9 @@ class Recorder:
         self.state: dict[PodKey, Enforced] = {}
         self.calls: list[str] = []
 
-    def apply(self, desired: Mapping[PodKey, Enforced],
-              remote: Mapping[K8sPod, RemotePod] | None = None) -> None:
+    def apply(self, desired: Mapping[PodKey, Enforced]) -> None:
         self.calls.append("apply")
         self.state = dict(desired)
-        self.remote = dict(remote or {})
 
     def apply_one(self, enforced: Enforced) -> None:
         self.calls.append("apply_one")
@@ -225,7 +222,7 @@ def test_explain_and_counters() -> None:
     assert ctl.counters() == Counts({"a/p": (2, 200)}, {(K8sPod("a", "db"), "ingress"): (4, 400)})
 
 
-def test_remote_ingress_gives_other_nodes_isolated_pods() -> None:
+def test_other_nodes_pods_are_peers_only() -> None:
     cache = Cache()
     cache.pod_list = [pod_from_k8s(pod("a", "db", "10.0.2.5", {"app": "db"}, node="n2")),
                       pod_from_k8s(pod("a", "web", "10.0.2.6", {"app": "web"}, node="n2")),
@@ -234,19 +231,11 @@ def test_remote_ingress_gives_other_nodes_isolated_pods() -> None:
         "matchLabels": {"app": "db"}}, ingress=[FROM_WEB], egress=[], policyTypes=[
             "Ingress", "Egress"]))]
     renderer = Recorder()
-    ctl = PolicyController(cache, [renderer], "n1", lambda: [NODE_IP],
-                           lambda: [record("mine", "10.0.1.5")], debounce=0, sync_wait=0,
-                           remote_ingress=True)
-    ctl.run_once()
-    assert list(renderer.remote) == [K8sPod("a", "db")]  # not web (open), not mine (local)
-    db = renderer.remote[K8sPod("a", "db")]
-    assert db.addresses == (ipaddress.ip_address("10.0.2.5"),)
-    assert db.policy.ingress.isolated and not db.policy.egress.isolated
-    assert [str(n) for n in db.policy.ingress.rules[0].peers] == ["10.0.2.6/32"]
+    controller(cache, [record("mine", "10.0.1.5")], renderer).run_once()
+    # n2's isolated db is n2's business; web on n2 is a peer of this node's pod
     assert list(renderer.state) == [PodKey("c-mine", "eth0")]
-    plain = Recorder()
-    controller(cache, [record("mine", "10.0.1.5")], plain).run_once()
-    assert plain.remote == {}
+    mine = renderer.state[PodKey("c-mine", "eth0")].policy
+    assert [str(n) for n in mine.ingress.rules[0].peers] == ["10.0.2.6/32"]
 
 
 def test_an_apply_that_changes_nothing_sends_nothing_unless_forced() -> None:

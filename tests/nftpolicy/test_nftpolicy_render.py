@@ -16,7 +16,8 @@ Test plan:
 - a per-pod transaction: only that pod's chains and counters, and the map elements of its
   addresses (an address another pod held is taken over); removal of a pod; what is installed
   after it;
-- the verdict: isolation, exemptions, peers, ports and protocols, both ends;
+- the verdict: isolation, exemptions (this node's addresses only: another node's is a peer
+  like any), peers, ports and protocols, both ends;
 - widening: a peer, a wider prefix, a port or a rule more, or isolation lifted cut nothing (no
   sweep); a peer or port fewer, isolation added, other addresses or exemptions fewer may; what
   is swept: nothing when a set grew, the members that left when a set shrank, else the pod's
@@ -105,38 +106,22 @@ def test_default_deny_is_the_exemptions_and_a_drop_and_open_is_nothing() -> None
     assert out.policed == set(ADDR_A)
 
 
-def test_judged_sources_are_exempt_in_never_out() -> None:
-    # VPP dataplane: another node's IP, the source of its judged and masqueraded Service traffic
+def test_only_this_nodes_addresses_are_exempt() -> None:
+    # another node's IP (a hostNetwork pod there, or its masquerade) is a peer like any other:
+    # denied unless a rule (an ipBlock) allows it
     other = ipaddress.ip_address("192.168.0.2")
     both = DirectionRules(True)
-    judged = PodRules(PodPolicy(A, NODE, both, both), ADDR_A, (other,))
-    out = render.render({A: judged})
-    ingress, egress = (out.chains[render.chain_name(A, d)] for d in ("ingress", "egress"))
-    assert ingress[0][0]["match"]["right"] == {"set": ["10.0.0.5", "192.168.0.1", "192.168.0.2"]}
-    assert egress[0][0]["match"]["right"] == {"set": ["10.0.0.5", "192.168.0.1"]}
-    # and the conntrack sweep's verdict reads them the same way
-    by_address = owners({A: judged})
-    assert allowed(by_address, Flow(6, other, ADDR_A[0], 80))
-    assert not allowed(by_address, Flow(6, ADDR_A[0], other, 80))
-
-
-def test_a_judged_range_is_one_prefix_that_covers_its_hosts() -> None:
-    # VPP dataplane with Linux's VXLAN mesh: other nodes' masquerade picks their VXLAN
-    # addresses, all in VxlanCIDR; a node address inside the range is not repeated
-    other, overlay = ipaddress.ip_address("192.168.0.2"), ipaddress.ip_network("192.168.30.0/24")
-    both = DirectionRules(True)
-    inside = ipaddress.ip_address("192.168.30.7")
-    judged = PodRules(PodPolicy(A, NODE, both, both), ADDR_A, (other, inside, overlay))
-    out = render.render({A: judged})
-    ingress, egress = (out.chains[render.chain_name(A, d)] for d in ("ingress", "egress"))
-    assert ingress[0][0]["match"]["right"] == {"set": [
-        "10.0.0.5", "192.168.0.1", "192.168.0.2",
-        {"prefix": {"addr": "192.168.30.0", "len": 24}}]}
-    assert egress[0][0]["match"]["right"] == {"set": ["10.0.0.5", "192.168.0.1"]}
-    by_address = owners({A: judged})
-    assert allowed(by_address, Flow(6, ipaddress.ip_address("192.168.30.3"), ADDR_A[0], 80))
-    assert not allowed(by_address, Flow(6, ipaddress.ip_address("192.168.31.3"), ADDR_A[0], 80))
-    assert not allowed(by_address, Flow(6, ADDR_A[0], ipaddress.ip_address("192.168.30.3"), 80))
+    isolated = PodRules(PodPolicy(A, NODE, both, both), ADDR_A)
+    out = render.render({A: isolated})
+    for direction in ("ingress", "egress"):
+        chain = out.chains[render.chain_name(A, direction)]
+        assert chain[0][0]["match"]["right"] == {"set": ["10.0.0.5", "192.168.0.1"]}
+    by_address = owners({A: isolated})
+    assert allowed(by_address, Flow(6, NODE[0], ADDR_A[0], 80))
+    assert not allowed(by_address, Flow(6, other, ADDR_A[0], 80))
+    block = Rule((ipaddress.ip_network("192.168.0.2/32"),), None, ("a/nodes",))
+    let_in = PodRules(PodPolicy(A, NODE, DirectionRules(True, (block,)), both), ADDR_A)
+    assert allowed(owners({A: let_in}), Flow(6, other, ADDR_A[0], 80))
 
 
 def test_names_are_short_stable_and_per_pod() -> None:

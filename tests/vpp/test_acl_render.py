@@ -4,6 +4,8 @@ acl_render.py): no VPP.
 Plan:
 - a pod isolated in neither direction gets no ACL; isolated in one, both (the open one a
   permit+reflect of everything, so that answers to the other direction's connections pass);
+- only this node's addresses are exempt: another node's IP meets the rules (an ipBlock lets it
+  in);
 - the order in each ACL: node addresses, (ingress) the pod's own addresses, ICMPv6 ND,
   (egress) the Service CIDRs, the compiled rules, the trailing denies;
 - compiled rules: peers x port ranges, the destination's ports, permit+reflect; ports None is
@@ -124,31 +126,22 @@ def test_the_compilers_node_addresses_join_the_agents() -> None:
         list(nets("172.30.1.2/32", "192.168.16.1/32", "fd00::1/128"))
 
 
-def test_other_nodes_are_allowed_in_not_out() -> None:
-    # A Service connection from another node's pod arrives masqueraded to that node's IP, judged
-    # by that node's nftables already; the pod may still not reach other nodes unless allowed.
-    other = ipaddress.ip_address("192.168.16.2")
+def test_no_other_node_is_exempt() -> None:
+    # Only this node's addresses are let in before the rules; another node's IP (a hostNetwork
+    # pod there) meets the rules like any peer: refused, unless an ipBlock allows it.
+    other = nets("192.168.16.2/32")[0]
     rules = ar.render(pp(ingress=DirectionRules(True), egress=DirectionRules(True)), OWN,
-                      SERVICES, NODE, (other, NODE[1]))
+                      SERVICES, NODE)
     assert rules is not None
-    judged = [r for r in rules.output if r.reason == ar.JUDGED]
-    # stateful: the backend's replies go to that node's IP, which its egress may not allow
-    assert [(r.action, r.src) for r in judged] == [(ar.PERMIT_REFLECT,
-                                                     nets("192.168.16.2/32")[0])]
-    assert not any(r.dst == nets("192.168.16.2/32")[0] for r in rules.input if r.action)
-    assert reasons(rules.output).index(ar.JUDGED) < reasons(rules.output).index(ar.DEFAULT_DENY)
-
-
-def test_a_judged_range_is_one_rule_in_and_none_out() -> None:
-    # Linux's VXLAN mesh: other nodes' masqueraded Service traffic comes from VxlanCIDR
-    other, overlay = ipaddress.ip_address("192.168.16.2"), nets("192.168.30.0/24")[0]
-    rules = ar.render(pp(ingress=DirectionRules(True), egress=DirectionRules(True)), OWN,
-                      SERVICES, NODE, (overlay, other, NODE[1]))
-    assert rules is not None
-    judged = [(r.action, r.src) for r in rules.output if r.reason == ar.JUDGED]
-    assert judged == [(ar.PERMIT_REFLECT, nets("192.168.16.2/32")[0]),
-                      (ar.PERMIT_REFLECT, overlay)]
-    assert not any(r.dst == overlay for r in rules.input if r.action)
+    permits = [r for r in rules.output if r.action != ar.DENY]
+    assert not any(other.subnet_of(r.src) for r in permits  # type: ignore[arg-type]
+                   if r.src.version == 4 and r.src.prefixlen), permits
+    assert {r.reason for r in permits} == {"node", "self", "icmp6-nd"}
+    block = Rule((other,), None, ("a/nodes",))
+    allowed = ar.render(pp(ingress=DirectionRules(True, (block,))), OWN, SERVICES, NODE)
+    assert allowed is not None
+    assert [(r.action, r.src) for r in allowed.output if r.reason == ar.POLICY] == \
+        [(ar.PERMIT_REFLECT, other)]
 
 
 def test_a_compiled_cluster_renders() -> None:

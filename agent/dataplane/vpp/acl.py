@@ -109,10 +109,6 @@ class VppPolicy:
         self.self_egress = self_egress
         self.service_cidrs = tuple(service_cidrs)
         self.node_addresses = tuple(node_addresses)
-        # Other nodes' IPs (and the VXLAN range with Linux's mesh), allowed in only
-        # (acl_render.render says why); the agent keeps them current from the Kubernetes
-        # Nodes before each call.
-        self.judged_nodes: tuple[IPAddress | IPNetwork, ...] = ()
         self.stats = stats
         self._pods: dict[str, _Pod] = {}
         self._generation = -1
@@ -230,7 +226,7 @@ class VppPolicy:
 
     def _apply(self, key: PodKey, want: PodAcl, report: ApplyReport) -> None:
         rules = acl_render.render(want.policy, want.addresses, self.service_cidrs,
-                                  self.node_addresses, self.judged_nodes, self.self_egress)
+                                  self.node_addresses, self_egress=self.self_egress)
         base = self._base(key)
         if rules is None:  # isolated in neither direction: no ACL at all
             if base in self._pods:

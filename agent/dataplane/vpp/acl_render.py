@@ -54,8 +54,8 @@ EVERYWHERE: tuple[IPNetwork, IPNetwork] = (
     ipaddress.IPv4Network("0.0.0.0/0"), ipaddress.IPv6Network("::/0"))
 
 # What each rule is for (`AclRule.reason`): for counters and `installed()`.
-NODE, SELF, SERVICE, ND, POLICY, OPEN, DEFAULT_DENY, JUDGED = (
-    "node", "self", "service", "icmp6-nd", "policy", "open", "default-deny", "judged-on-node")
+NODE, SELF, SERVICE, ND, POLICY, OPEN, DEFAULT_DENY = (
+    "node", "self", "service", "icmp6-nd", "policy", "open", "default-deny")
 
 TAG_PREFIX = "vswitch-cni/"  # ACL tags; ACLs are not interfaces, so no clash with those tags
 TAG_MAX = 63  # acl_add_replace.tag is a string[64], NUL included
@@ -117,17 +117,12 @@ class PodRules:
 
 def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPNetwork],
            node_addresses: Sequence[IPAddress],
-           judged_nodes: Sequence[IPAddress | IPNetwork] = (),
            self_egress: bool = False) -> PodRules | None:
     """The pod's two ACLs, or None when no policy isolates it (no ACL at all).
 
     `own` are the pod's addresses, `node_addresses` the node's as the agent knows them (the
-    policy's own `node_addresses` are added). `judged_nodes`: the other nodes' IPs, allowed in
-    (not out): a Service connection whose backend is here leaves its client's node masqueraded
-    to that node's IP (the agent's service return path) after that node's nftables judged it
-    with the client pod's own address, so VPP here must not judge it again by the node IP (a
-    range: the VXLAN addresses, when Linux's VXLAN device carries the mesh and the masquerade
-    picks its address). `self_egress`: the input ACL permits the pod's own addresses too (VPP
+    policy's own `node_addresses` are added): only this node's, never another's.
+    `self_egress`: the input ACL permits the pod's own addresses too (VPP
     translates Services: a pod reaching itself through one is sent to itself by VPP, after
     cnat's translation and before this ACL)."""
     if not pod.ingress.isolated and not pod.egress.isolated:
@@ -136,10 +131,6 @@ def render(pod: PodPolicy, own: Sequence[IPAddress], service_cidrs: Sequence[IPN
     nd = [ND_RULE]
     egress = [*(AclRule(PERMIT, _any(n), n, reason=NODE) for n in node), *nd]
     ingress = [*(AclRule(PERMIT, n, _any(n), reason=NODE) for n in node)]
-    # reflect: the backend's replies go back to that node's IP, which its egress may not allow
-    mine = {_host(a) for a in (*node_addresses, *pod.node_addresses)}
-    ingress += [AclRule(PERMIT_REFLECT, h, _any(h), reason=JUDGED)
-                for h in sorted({_host(a) for a in judged_nodes} - mine, key=_order)]
     ingress += [AclRule(PERMIT, h, _any(h), reason=SELF)
                 for h in (_host(a) for a in sorted(set(own), key=_order))]
     ingress += nd

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -67,12 +66,6 @@ class PodRules:
 
     policy: PodPolicy
     addresses: tuple[IPAddress, ...]
-    # Sources allowed in (never out) besides the node's: other nodes' IPs with the VPP
-    # dataplane, whose Service connections arrive masqueraded to them after their own node's
-    # rules judged them with the client pod's address (agent/linux/hostnat's return path);
-    # the VXLAN range too when Linux carries the mesh (the masquerade then picks the VXLAN
-    # device's address).
-    judged: tuple[IPAddress | IPNetwork, ...] = ()
 
 
 @dataclass
@@ -209,16 +202,9 @@ def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> N
     spec = getattr(rules.policy, direction)
     peer = _PEER_FIELD[direction]
     body: list[Expr] = []
-    judged = rules.judged if direction == "ingress" else ()
-    wide = [j for j in judged if isinstance(j, IPNetwork)]
-    exempt = {*rules.policy.node_addresses, *rules.addresses,
-              *(j for j in judged if not isinstance(j, IPNetwork))}
+    exempt = {*rules.policy.node_addresses, *rules.addresses}
     for version in VERSIONS:
-        nets = list(ipaddress.collapse_addresses(  # type: ignore[type-var]
-            n for n in wide if n.version == version))
-        mine: list[object] = [*sorted(str(a) for a in exempt if a.version == version
-                                      and not any(a in n for n in nets)),
-                              *(_elem(n) for n in nets)]
+        mine = sorted(str(a) for a in exempt if a.version == version)
         if mine:
             body.append([match_expr(payload(l3proto(version), peer), {"set": mine}),
                          {"return": None}])
@@ -264,7 +250,7 @@ def shape(rules: PodRules) -> object:
     def direction(spec: DirectionRules) -> object:
         found = shared_shape(spec)
         return spec if found is None else found
-    return (rules.addresses, rules.judged, rules.policy.pod, rules.policy.node_addresses,
+    return (rules.addresses, rules.policy.pod, rules.policy.node_addresses,
             direction(rules.policy.ingress), direction(rules.policy.egress))
 
 

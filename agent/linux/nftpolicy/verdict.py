@@ -58,8 +58,7 @@ def allowed(by_address: Mapping[IPAddress, PodRules], flow: Flow) -> bool:
     if src is not None and not _allows(src.policy.egress, src, flow.dst, flow):
         return False
     dst = by_address.get(flow.dst)
-    if dst is None or any(flow.src == j if isinstance(j, IPAddress) else flow.src in j
-                          for j in dst.judged):  # judged by the source's own node
+    if dst is None:
         return True
     return _allows(dst.policy.ingress, dst, flow.src, flow)
 
@@ -88,8 +87,7 @@ def widens(old: PodRules, new: PodRules) -> bool:
     none, and no conntrack sweep is needed)? Exact where it says yes; a no may be cautious
     (a rule covered only by several new rules together)."""
     if set(old.addresses) != set(new.addresses) or \
-            not set(old.policy.node_addresses) <= set(new.policy.node_addresses) or \
-            not issubset(_addresses(old.judged), _addresses(new.judged)):
+            not set(old.policy.node_addresses) <= set(new.policy.node_addresses):
         return False
     for before, after in ((old.policy.ingress, new.policy.ingress),
                           (old.policy.egress, new.policy.egress)):
@@ -139,8 +137,8 @@ def to_sweep(old: PodRules | None, new: PodRules) -> tuple[IPAddress, ...]:
 def _left_sets(old: PodRules, new: PodRules) -> set[IPAddress] | None:
     """The members that left the sets of `old`'s shared rules, when the rules differ in
     members only (None: in more)."""
-    if (old.addresses, old.policy.node_addresses, old.judged) != \
-            (new.addresses, new.policy.node_addresses, new.judged):
+    if (old.addresses, old.policy.node_addresses) != \
+            (new.addresses, new.policy.node_addresses):
         return None
     left: set[IPAddress] = set()
     for before, after in ((old.policy.ingress, new.policy.ingress),
