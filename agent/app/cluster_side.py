@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,7 @@ def _mesh(
     if cfg.dataplane == "kernel":
         return _linux_mesh(cfg)
     # Imported here: a kernel-dataplane agent never loads vpp-papi.
+    from agent.dataplane.vpp import cnat_node
     from agent.dataplane.vpp.driver import VppDataplane
     from agent.dataplane.vpp.mesh import VppMesh
     from agent.dataplane.vpp.node_mesh import VppNodeMesh, VppPermissive
@@ -150,10 +152,14 @@ def _mesh(
     # Whichever way is configured, VPP's own mesh objects are removed when not wanted (a node
     # switched from VXLANOwner vpp to linux keeps no tunnel or BVI beside Linux's device; one
     # switched to or from encryption keeps neither the tunnels nor the WireGuard interface).
+    # With VPP translating Services, answers from another node's backends enter VPP through
+    # the mesh's interface: cnat undoes the translation there.
+    cnat = partial(cnat_node.enable, dataplane.api, table=cnat_node.TABLE_HOST) \
+        if cfg.service_translation == "vpp" else None
     vxlan = VppMesh(dataplane.api, cfg.pod_vrf_id, cfg.main_vrf_id, cfg.ipam.vxlan_cidr,
-                    cfg.vxlan_vni)
+                    cfg.vxlan_vni, on_interface=cnat)
     wireguard = VppWireGuard(dataplane.api, key_file(cfg), cfg.wireguard_port, cfg.pod_vrf_id,
-                             cfg.main_vrf_id, cfg.mtu)
+                             cfg.main_vrf_id, cfg.mtu, on_interface=cnat)
     if not cfg.vxlan_in_vpp:
         return VppNodeMesh(dataplane, _linux_mesh(cfg), None, cfg.mtu, stale=(vxlan, wireguard))
     if cfg.main_vrf_id == cfg.pod_vrf_id:

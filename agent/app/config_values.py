@@ -280,9 +280,8 @@ def service_translation(key: str, v: object) -> str:
 
 
 def check_service_translation(values: Mapping[str, Any]) -> None:
-    """`ServiceTranslation: vpp` needs VPP, its pods' FIB in table 0 (cnat looks the backends
-    up there) and the mesh through the VPP-host interconnect (cnat's return path for a backend
-    on another node is enabled there). Its Kubernetes API is checked when the agent starts."""
+    """`ServiceTranslation: vpp` needs VPP and its pods' FIB in table 0 (cnat looks the backends
+    up there). Its Kubernetes API is checked when the agent starts."""
     if values.get("service_translation") != "vpp":
         return
     if values.get("dataplane") != "vpp":
@@ -291,10 +290,6 @@ def check_service_translation(values: Mapping[str, Any]) -> None:
     if values.get("main_vrf_id", 0) != 0:
         raise ConfigError("ServiceTranslation", "vpp", f"needs MainVRFID: 0 (not "
                           f"{values['main_vrf_id']}): VPP's cnat resolves backends in table 0")
-    if values.get("vxlan_owner") == "vpp" and not values.get("use_l2_interconnect"):
-        raise ConfigError("ServiceTranslation", "vpp", "needs VXLANOwner: linux (or "
-                          "UseL2Interconnect): answers from another node's backends must "
-                          "enter VPP through the VPP-host interconnect")
 
 
 def ifname(key: str, v: object) -> str:

@@ -341,7 +341,7 @@ def test_the_interconnect_gets_rings_of_its_own() -> None:
         vpp_config(odd, node_networks(odd.ipam, 1))
 
 
-def test_service_translation_needs_vpp_table_0_and_the_interconnect() -> None:
+def test_service_translation_needs_vpp_and_table_0() -> None:
     vpp = {"NodeName": "n", "Dataplane": "vpp"}
     assert parse(vpp).service_translation == "kube-proxy"
     assert parse({**vpp, "ServiceTranslation": "vpp"}).service_translation == "vpp"
@@ -353,8 +353,9 @@ def test_service_translation_needs_vpp_table_0_and_the_interconnect() -> None:
         parse({"NodeName": "n", "ServiceTranslation": "vpp"})
     with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*MainVRFID: 0"):
         parse({**vpp, "ServiceTranslation": "vpp", "MainVRFID": 2})
-    with pytest.raises(ConfigError, match=r"'ServiceTranslation' = 'vpp'.*VXLANOwner: linux"):
-        parse({**vpp, "ServiceTranslation": "vpp", "VXLANOwner": "vpp"})
+    # VPP's own mesh: cnat on its BVI or wireguard interface (agent/app/cluster_side)
+    assert parse({**vpp, "ServiceTranslation": "vpp", "VXLANOwner": "vpp"}
+                 ).service_translation == "vpp"
 
 
 def test_encryption_keys_defaults_and_refusals() -> None:

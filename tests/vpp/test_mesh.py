@@ -10,7 +10,8 @@ only that tunnel; unprogram removes one node's objects and nothing else; prune a
 "restart" (a new VppMesh on the same VPP) removes what no remote node explains; a VPP restart
 changes the generation and programming rebuilds it all; with IPv4-only pods (the driver made the
 pod VRF in IPv4 only) the mesh makes the IPv6 pod table its IPv6 next hops need; a BVI whose
-making failed half-way is completed by the next try, not used as it is.
+making failed half-way is completed by the next try, not used as it is; `on_interface` (cnat,
+when VPP translates Services) is told the BVI once per VPP connection.
 """
 
 from __future__ import annotations
@@ -137,6 +138,25 @@ def test_vpp_restart_changes_generation_and_program_rebuilds(
     m.program(local, two)
     assert m.generation() != before[0]
     assert summary(bare_fake) == before[1]
+
+
+def test_on_interface_hears_of_the_bvi_once_per_connection(
+    bare_fake: FakeVPP, api: VppApi
+) -> None:
+    local, two, three = node(1), node(2), node(3)
+    told: list[int] = []
+    m = VppMesh(api, POD_VRF, 0, ipaddress.ip_network("192.168.30.0/24"), bd_id=BD,
+                on_interface=told.append)
+    m.program(local, two)
+    m.program(local, three)
+    assert told == [m.bvi(local)]
+    bare_fake.restart()
+    with pytest.raises(Exception):  # noqa: B017 - the first call after a restart fails (11)
+        api.call("control_ping")
+    for ipv6 in (False, True):
+        ip.add_table(api, POD_VRF, ipv6, "pods")
+    m.program(local, two)
+    assert len(told) == 2 and told[-1] == m.bvi(local)
 
 
 def test_ipv4_only_pods_get_the_ipv6_pod_table_the_bvi_needs(bare_fake: FakeVPP) -> None:

@@ -7,7 +7,8 @@ peer per node (endpoint its interconnect address, keepalive on the lower ID's si
 its subnets, VXLAN address and IPv6 next hop) and routes (pod VRF through the interface, main VRF
 into the pod VRF), once however often it is done; the private key is in no log line, even at
 DEBUG (vpp-papi logs every request's fields there); a remote node's new key replaces its peer;
-a rotation of this node's key makes the interface again and sets every peer and route again;
+a rotation of this node's key makes the interface again and sets every peer and route again, and
+`on_interface` (cnat, when VPP translates Services) hears of each interface once;
 unprogram takes one node's objects; prune after an agent restart keeps what the nodes explain
 and removes the rest; remove takes the interface and its routes.
 """
@@ -136,9 +137,11 @@ def test_keys_change_on_both_sides(bare_fake: FakeVPP, api: VppApi, tmp_path: Pa
     key = new_key(tmp_path, "n2")
     local = node(2, key.public())
     one = node(1, new_key(tmp_path, "n1").public())
-    wg = VppWireGuard(api, key, 51820, POD_VRF, 0, 1420)
+    told: list[int] = []
+    wg = VppWireGuard(api, key, 51820, POD_VRF, 0, 1420, on_interface=told.append)
     wg.program(local, one)
     assert state(bare_fake)["peers"] == [expected_peer(one, 0)]  # node 1 keeps it alive
+    assert told == [wg.interface(local)]
     one_again = replace(one, wg_public_key=new_key(tmp_path, "n1-new").public())
     wg.program(local, one_again)  # node 1 rotated: its new key replaces the old peer
     assert state(bare_fake)["peers"] == [expected_peer(one_again, 0)]
@@ -152,6 +155,7 @@ def test_keys_change_on_both_sides(bare_fake: FakeVPP, api: VppApi, tmp_path: Pa
     assert got["peers"] == [expected_peer(one_again, 0)]
     name = got["interfaces"][0].split()[0]
     assert got["routes"] == sorted(expected_routes(one_again, name))
+    assert len(told) == 2 and told[-1] == wg.interface(fresh)  # the new interface
 
 
 def test_unprogram_prune_and_remove(bare_fake: FakeVPP, api: VppApi, tmp_path: Path) -> None:

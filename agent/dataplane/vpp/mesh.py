@@ -39,7 +39,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,8 +87,13 @@ class VppMesh:
         vxlan_cidr: ipaddress.IPv4Network | ipaddress.IPv6Network,
         vni: int = 10,
         bd_id: int = 10,
+        on_interface: Callable[[int], None] | None = None,
     ) -> None:
+        """`on_interface`: called with the BVI's sw_if_index once per VPP connection, after it
+        is settled (VPP's cnat on it, when VPP translates Services: answers from another
+        node's backends enter VPP there)."""
         self.api = api
+        self.on_interface = on_interface
         self.pod_vrf_id = pod_vrf_id
         self.main_vrf_id = main_vrf_id
         self.vxlan_prefixlen = vxlan_cidr.prefixlen
@@ -127,6 +132,8 @@ class VppMesh:
             if not complete:
                 self._settle_bvi(index, local)
             self._bridge(index)
+            if self.on_interface is not None:
+                self.on_interface(index)
             self._bvi = (self.api.generation, index)
             return index
 

@@ -45,7 +45,7 @@ import ipaddress
 import logging
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
@@ -70,8 +70,11 @@ class VppWireGuard:
     """The VPP half of `VppNodeMesh` (node_mesh.py) with encryption (see the module docstring)."""
 
     def __init__(self, api: VppApi, key: KeyFile, port: int, pod_vrf_id: int,
-                 main_vrf_id: int, pod_mtu: int = 1420) -> None:
+                 main_vrf_id: int, pod_mtu: int = 1420,
+                 on_interface: Callable[[int], None] | None = None) -> None:
+        """`on_interface`: as VppMesh's, with the wireguard interface's sw_if_index."""
         self.api = api
+        self.on_interface = on_interface
         self.pod_mtu = pod_mtu
         self.key = key
         self.port = port
@@ -132,6 +135,8 @@ class VppWireGuard:
             if index is None:
                 index = self._create(src)
             self._settle(index, local)
+            if self.on_interface is not None:
+                self.on_interface(index)
             self._itf = (self.api.generation, index, stamp)
             return index
 
