@@ -29,6 +29,11 @@ def point(ip: IPAddress) -> int:
     return int(ip) + (V6_BASE if ip.version == 6 else 0)
 
 
+def address(p: int) -> IPAddress:
+    """The address at point `p` (point's inverse)."""
+    return ipaddress.IPv6Address(p - V6_BASE) if p >= V6_BASE else ipaddress.IPv4Address(p)
+
+
 def of_addresses(ips: Iterable[IPAddress]) -> AddressSet:
     return normalize((p, p) for p in map(point, ips))
 

@@ -196,6 +196,12 @@ class ListWatch(Generic[K, V, R]):
         with self._lock:
             return self._items.get(key)
 
+    def token(self) -> tuple[int, int]:
+        """Changes whenever the cache does (the journal's position): what a reader that keeps
+        something made from `items()` compares to know it is still current."""
+        with self._lock:
+            return self._epoch, self._seq
+
     def changes(self, since: tuple[int, int] | None) -> Changes[K, V]:
         """The cache's changes after `since` (a token this gave), or all of it (see Changes)."""
         with self._lock:

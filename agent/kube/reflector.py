@@ -4,7 +4,8 @@ also Services and EndpointSlices), cached on the node.
     state = KubeState(kubeconfig=None, resync=300.0, on_change=lambda kind: ...)
     state.start()                  # a list+watch per kind, one thread each (+ a reader per watch)
     state.wait_synced(10.0)        # True once every kind was listed once
-    state.pods(), .namespaces(), .policies(), .nodes()      copies of the caches
+    state.pods(), .namespaces(), .nodes()      copies of the caches
+    state.policies()               the policies, one mapping shared until they change (read only)
     state.pod_changes(token)       the pods changed since `token` (all of them the first time)
     state.services(), .endpoint_slices()                    (with services=True)
     state.pod("web", "db")         the cache, else ONE bounded GET (the CNI ADD's pod)
@@ -28,7 +29,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote
 
@@ -122,6 +124,8 @@ class KubeState:
                         ["kind"], registry=registry)
         self._sources: dict[str, KubeSource[Any]] = {}
         self._watches: dict[str, ListWatch[Key, Any, str]] = {}
+        self._policies: tuple[tuple[int, int], Mapping[policy.PodKey, policy.NetworkPolicy]] \
+            | None = None
         kinds: tuple[Kind[Any], ...] = (PODS, NAMESPACES, POLICIES, NODES)
         if services:
             kinds += (SERVICES, ENDPOINTSLICES)
@@ -199,9 +203,17 @@ class KubeState:
     def namespaces(self) -> dict[str, policy.Namespace]:
         return {k[1]: v for k, v in self._watches[NAMESPACES.name].items().items()}
 
-    def policies(self) -> dict[policy.PodKey, policy.NetworkPolicy]:
-        """By (namespace, name) of the policy."""
-        return {policy.PodKey(*k): v for k, v in self._watches[POLICIES.name].items().items()}
+    def policies(self) -> Mapping[policy.PodKey, policy.NetworkPolicy]:
+        """By (namespace, name) of the policy. Every compile reads all of them (an ADD's
+        too): the mapping is made again only after a change, and is the callers' to read,
+        never to change."""
+        watch = self._watches[POLICIES.name]
+        token = watch.token()  # before the copy: a change in between only makes it again
+        kept = self._policies
+        if kept is None or kept[0] != token:
+            kept = self._policies = (token, MappingProxyType(
+                {policy.PodKey(*k): v for k, v in watch.items().items()}))
+        return kept[1]
 
     def nodes(self) -> dict[str, KubeNode]:
         return {k[1]: v for k, v in self._watches[NODES.name].items().items()}

@@ -26,6 +26,7 @@ spec requires (kubelet probes).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -60,7 +61,13 @@ def record_pod(record: PodRecord) -> K8sPod | None:
 
 
 def record_addresses(record: PodRecord) -> tuple[IPAddress, ...]:
-    return tuple(ip_interface(a).ip for a in record.addresses)
+    return _parsed(tuple(record.addresses))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(addresses: tuple[str, ...]) -> tuple[IPAddress, ...]:
+    """Each plan reads every record's addresses: parsed once (a node holds a few hundred)."""
+    return tuple(ip_interface(a).ip for a in addresses)
 
 
 class PolicyController:

@@ -360,3 +360,5 @@ def test_the_journal_gives_what_changed_since_a_token_and_everything_after_a_rel
     again = lw.changes(seen[-1].token)
     assert again.full == {"a": 11, "b": 4, "c": 3} and again.changed == {}
     assert lw.changes(again.token).changed == {}
+    # token(): the journal's position, as the Changes give it (KubeState.policies keys on it)
+    assert lw.token() == again.token != seen[-1].token

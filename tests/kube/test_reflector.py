@@ -5,7 +5,7 @@ Test plan:
 - list, then watch: objects of every kind made before start() are in the caches once synced
   (the first list is one on_change per kind); creates, updates and deletes of each kind after
   it reach the caches and on_change (by kind); an update that changes nothing the agent keeps
-  (a pod's annotation) is no change;
+  (a pod's annotation) is no change; `policies()` is one mapping until a policy changes;
 - a watch the server ends (timeoutSeconds) is resumed: no relist, and changes still arrive;
 - bookmarks move a cache's revision with no change of its kind;
 - a broken connection (reset by a proxy that then refuses connections) relists: what changed
@@ -88,6 +88,7 @@ def test_list_then_watch_follows_every_kind(apiserver: KubeApiServer,
     assert state.namespaces()[ns].labels["team"] == "a"
     selector = state.policies()[PodKey(ns, "before")].pod_selector
     assert selector.match_labels == frozenset({("app", "db")})
+    assert state.policies() is state.policies()  # one mapping until the policies change
     assert state.nodes()[node].internal_ips == (ip_address("192.168.16.1"),)
     assert state.error == ""
     listed = {k: run.changes.count(k) for k in ("pods", "namespaces", "networkpolicies", "nodes")}

@@ -6,7 +6,8 @@ Test plan: on random CIDRs inside 10.0.0.0/26 and fd00::/122 (small enough to en
 - contains agrees with membership at, inside and beside every interval edge;
 - networks covers exactly the set, IPv4 first, with no two CIDRs that one larger CIDR would
   cover (the fewest);
-- the two families never merge (the last IPv4 address and the first IPv6 one are apart).
+- the two families never merge (the last IPv4 address and the first IPv6 one are apart);
+- `address` is `point`'s inverse over both families' whole ranges.
 """
 
 from __future__ import annotations
@@ -97,3 +98,11 @@ def test_the_families_never_touch() -> None:
                                         ipaddress.ip_network("::/128"))
     assert addresses.networks(addresses.EVERY_ADDRESS) == (ipaddress.ip_network("0.0.0.0/0"),
                                                            ipaddress.ip_network("::/0"))
+
+
+@settings(max_examples=200)
+@given(st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)))
+def test_address_is_the_inverse_of_point(ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+                                         ) -> None:
+    assert addresses.address(addresses.point(ip)) == ip
+    assert type(addresses.address(addresses.point(ip))) is type(ip)

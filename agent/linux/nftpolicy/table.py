@@ -97,7 +97,11 @@ class NftPolicy:
         transaction (none when nothing changed), then deletes the tracked connections of the
         changed pods it denies."""
         with table_lock:
-            if desired == self._pods and not self._verify_due():
+            # by identity (the controller hands the same objects for unchanged pods): a deep
+            # comparison of equal rules walks every peer address in Python
+            same = len(desired) == len(self._pods) and \
+                all(self._pods.get(key) is rules for key, rules in desired.items())
+            if same and not self._verify_due():
                 return Applied(0, 0)  # what is installed already (not even rendered again)
             new = self._render(desired)
             cmds = self._diff(new)
@@ -112,7 +116,7 @@ class NftPolicy:
             # a pod whose change allows more keeps its connections; one whose peer sets lost
             # members, those members' connections; any other, all of its own
             changed = sorted({a for key, rules in desired.items()
-                              if (old := self._pods.get(key)) != rules
+                              if (old := self._pods.get(key)) is not rules
                               for a in to_sweep(old, rules)}, key=str)
             self._now, self._pods = transactions.installed(new), dict(desired)
             return Applied(len(cmds), self._sweep(changed))

@@ -96,6 +96,8 @@ def _peer_set_cmds(table: str, new: Mapping[str, frozenset[IPAddress]],
     for name, members in sorted(new.items()):
         body = _obj(table, name, type=addr_type(peer_set_version(name)))
         had = None if now is None else now.get(name)
+        if had is members:  # the compiler's same set (its members cached): nothing changed
+            continue
         if had is None:
             cmds.append({"add": {"set": body}})
             if now is None:
