@@ -88,13 +88,7 @@ def service_from_k8s(obj: Mapping[str, object]) -> Service:
     path = "spec.clusterIPs"
     if not raw_ips and spec.get("clusterIP") is not None:
         raw_ips, path = [spec.get("clusterIP")], "spec.clusterIP"
-    ips: list[IPAddress] = []
-    for i, raw in enumerate(raw_ips):
-        if raw in ("None", ""):
-            continue
-        address = _address(raw, what, f"{path}[{i}]")
-        if address not in ips:
-            ips.append(address)
+    ips = _addresses(raw_ips, what, path, skip=("None", ""))
     ports = []
     for i, raw in enumerate(_list(spec.get("ports"), what, "spec.ports")):
         entry = _map(raw, what, f"spec.ports[{i}]")
@@ -106,7 +100,7 @@ def service_from_k8s(obj: Mapping[str, object]) -> Service:
                                  0 if node_port in (None, 0) else
                                  _port(node_port, what, f"spec.ports[{i}].nodePort")))
     return Service(
-        namespace, name, tuple(ips), tuple(ports),
+        namespace, name, ips, tuple(ports),
         type=_str(spec.get("type"), what, "spec.type", "ClusterIP"),
         session_affinity=_str(spec.get("sessionAffinity"), what, "spec.sessionAffinity",
                               "None"),
@@ -115,9 +109,14 @@ def service_from_k8s(obj: Mapping[str, object]) -> Service:
         load_balancer_ips=_ingress_ips(obj, what))
 
 
-def _addresses(raw: object, what: str, path: str) -> tuple[IPAddress, ...]:
+def _addresses(raw: object, what: str, path: str, skip: tuple[str, ...] = ()
+               ) -> tuple[IPAddress, ...]:
+    """A list of addresses, each once, in order; the `skip` values are no address (a headless
+    Service's "None")."""
     out: list[IPAddress] = []
     for i, text in enumerate(_list(raw, what, path)):
+        if text in skip:
+            continue
         address = _address(text, what, f"{path}[{i}]")
         if address not in out:
             out.append(address)

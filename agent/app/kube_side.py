@@ -168,11 +168,12 @@ class KubeSide:
         if translate:
             from agent.app.services_vpp import clusterip_controller
 
+            mine = [ipaddress.ip_address(node_ip.split("/")[0])] if node_ip else []
+
             def own_ips() -> list[IPAddress]:
                 """Where this node's pods reach its NodePorts: its Node's InternalIPs and the
                 agent's node IP."""
                 found = kube.node(cfg.node_name)
-                mine = [ipaddress.ip_address(node_ip.split("/")[0])] if node_ip else []
                 return list(dict.fromkeys([*(found.internal_ips if found else ()), *mine]))
 
             clusterip = clusterip_controller(kube, dataplane, cfg.node_name, networks, records,
