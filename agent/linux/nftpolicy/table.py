@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.infra.loops import SupervisedLoop
+from agent.linux import nftelements
 from agent.linux.netns import enter_netns, own_netns_fd
 from agent.linux.nft import NftError, run, table_lock
 from agent.linux.nftpolicy import conntrack, render, transactions
@@ -217,7 +218,7 @@ class NftPolicy:
         cmds, after = transactions.pod(self.table, key, addresses, now, new,
                                        with_base=not self._base, delete_counters=False)
         try:
-            run(cmds)
+            self._run(cmds)
         except NftError:
             if not self._base:
                 raise
@@ -226,7 +227,7 @@ class NftPolicy:
             now, _ = self._read()
             cmds, after = transactions.pod(self.table, key, addresses, now, new,
                                            delete_counters=False)
-            run(cmds)
+            self._run(cmds)
         self._now, self._base, self._idle = after, True, idle
         return cmds
 
@@ -242,7 +243,7 @@ class NftPolicy:
                                     delete_counters=False)
         if cmds:
             try:
-                run(cmds)
+                self._run(cmds)
             except NftError as exc:
                 log.warning("NetworkPolicy: the table changed behind the agent's back (%s); "
                             "reading it and rewriting every rule", exc)
@@ -250,6 +251,11 @@ class NftPolicy:
                 return None
         self._idle = idle
         return cmds
+
+    def _run(self, cmds: list[dict[str, Any]]) -> None:
+        """A diff's transaction: only elements (a peer change, a pod's map entry) go over
+        netlink, without the cache libnftables reads first (nftelements)."""
+        nftelements.run(cmds, "inet", self.table)
 
     def _verify_due(self) -> bool:
         return self._now is None or time.monotonic() - self._verified >= self.verify_every
