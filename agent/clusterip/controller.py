@@ -2,28 +2,29 @@
 cluster's Services and EndpointSlices say (docs/vpp.md, "Services translated in VPP").
 
 One path: a SupervisedLoop ("clusterip") that, after a change of the cache's Services or
-EndpointSlices (woken, then a short `debounce` so that a rollout's burst of slice updates costs
-one apply), every `resync` seconds and after VPP reconnected, computes the translations
-(`services.translations`, this node's name for internalTrafficPolicy Local and its own
-addresses for NodePorts; addresses of the families the node's pods have) and gives them, with
-the node's pod interfaces, to the renderer, which diffs and changes only what changed. Until the
-cache has listed once nothing is applied: what VPP holds (it keeps its translations while the
-agent restarts) stays as it is. A failed apply (VPP away) is retried with the loop's backoff;
-the next apply after VPP came back makes every translation again.
+EndpointSlices (woken; an apply within `debounce` of the last one waits `debounce` first, so
+that a rollout's burst of slice updates costs one apply: loops.Debounce), every `resync` seconds
+and after VPP reconnected, computes the translations (`services.translations`, this node's name
+for internalTrafficPolicy Local and its own addresses for NodePorts; addresses of the families
+the node's pods have) and gives them, with the node's pod interfaces, to the renderer, which
+diffs and changes only what changed. Until the cache has listed once nothing is applied: what
+VPP holds (it keeps its translations while the agent restarts) stays as it is. A failed apply
+(VPP away) is retried with the loop's backoff; the next apply after VPP came back makes every
+translation again.
 
 The request path never waits for it: a new pod's interface gets cnat from the driver in its
-ADD, and a new Service is translated within `debounce` plus one apply of its slices' arrival.
+ADD, and a new Service is translated one apply after its slices' arrival (plus `debounce` in a
+burst).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from agent.infra.loops import SupervisedLoop
+from agent.infra.loops import Debounce, SupervisedLoop
 from agent.model.errors import TryAgainLater
 from services import EndpointSlice, Service, Translation, TranslationKey, translations
 from services.model import IPAddress
@@ -64,7 +65,7 @@ class ClusterIPController:
         self.node = node
         self._pod_interfaces = pod_interfaces
         self.families = frozenset(families)
-        self.debounce = debounce
+        self.debounce = Debounce(debounce)
         self.sync_wait = sync_wait
         self._synced = False
         self._lock = threading.Lock()
@@ -90,9 +91,11 @@ class ClusterIPController:
                 raise TryAgainLater("Service translation: the Kubernetes cache has not listed "
                                     "yet; the translations in place stay as they are")
             self._synced = True
-        if self.debounce:
-            time.sleep(self.debounce)
-        self.apply_all()
+        self.debounce.wait()  # a burst of slice updates (a rollout) becomes one apply
+        try:
+            self.apply_all()
+        finally:
+            self.debounce.done()
 
     def desired(self) -> dict[TranslationKey, Translation]:
         """The translations the cache asks for now."""

@@ -11,12 +11,18 @@ failures says so. After a failure the next run waits at least the backoff, which
 stream: it makes the body return) and joins the thread; `wake()` runs the body now instead of
 at the end of the sleep. `step()` is one run in the caller's thread and returns the delay the
 thread would sleep next: tests drive a loop with it, without threads or timers.
+
+A `Debounce` is what a loop woken by events waits before its body, so that a burst of events
+costs one run: nothing when the last run ended more than `seconds` ago (a change on a quiet
+node takes effect at once), else `seconds` (the events of a burst that came in meanwhile are
+taken together).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 _log = logging.getLogger(__name__)
@@ -135,3 +141,24 @@ class SupervisedLoop:
         if failures:
             self._log.info("%s: working again after %d failed runs (last: %s)", self.name,
                            failures, last)
+
+
+class Debounce:
+    """Leading-edge debounce for a woken loop's body (see the module docstring): `wait()`
+    before the work, `done()` after it. `clock` and `sleep` are for tests."""
+
+    def __init__(self, seconds: float, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], object] = time.sleep) -> None:
+        self.seconds = seconds
+        self._clock, self._sleep = clock, sleep
+        self._ended = float("-inf")
+
+    def wait(self) -> float:
+        """Sleeps when the last run ended within `seconds`; returns the seconds slept."""
+        if self.seconds <= 0 or self._clock() - self._ended > self.seconds:
+            return 0.0
+        self._sleep(self.seconds)
+        return self.seconds
+
+    def done(self) -> None:
+        self._ended = self._clock()

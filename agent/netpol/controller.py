@@ -3,8 +3,9 @@ NetworkPolicies say.
 
 Two paths, one compiler:
 
-- **Full apply** (a SupervisedLoop, "netpol"): after any change of the Kubernetes cache (woken,
-  then a short `debounce` so a burst of events costs one apply) and every `resync` seconds (a
+- **Full apply** (a SupervisedLoop, "netpol"): after any change of the Kubernetes cache (woken:
+  at once on a quiet node, after `debounce` when the last apply ended within it, so a burst of
+  events costs one apply; loops.Debounce) and every `resync` seconds (a
   VPP restart that lost its ACLs, anything missed), the local attachments' rules are compiled
   (this node's pods only, peers from the whole cluster) and every renderer gets the whole
   desired state; renderers diff and change only what changed. No node holds rules for
@@ -35,7 +36,7 @@ from dataclasses import replace
 from ipaddress import ip_interface
 from typing import Any
 
-from agent.infra.loops import SupervisedLoop
+from agent.infra.loops import Debounce, SupervisedLoop
 from agent.model.errors import TryAgainLater
 from agent.model.pod import PodRecord
 from agent.netpol.index import KeptIndex
@@ -90,7 +91,7 @@ class PolicyController:
         self.node = node
         self._node_addresses = node_addresses
         self._records = records
-        self.debounce = debounce
+        self.debounce = Debounce(debounce)
         self.sync_wait = sync_wait
         self.sctp = all(r.sctp for r in self.renderers)
         self._lock = threading.Lock()  # one apply or admit at a time: renderers are not shared
@@ -133,9 +134,11 @@ class PolicyController:
                 raise TryAgainLater("NetworkPolicy: the Kubernetes cache has not listed yet; "
                                     "the rules in place stay as they are")
             self._synced = True
-        if self.debounce:
-            time.sleep(self.debounce)  # a burst of events (a rollout) becomes one apply
-        self.apply_all()
+        self.debounce.wait()  # a burst of events (a rollout) becomes one apply
+        try:
+            self.apply_all()
+        finally:
+            self.debounce.done()
 
     def apply_all(self, force: bool = False) -> None:
         """Compiles every local attachment's rules and gives them to every renderer: when they

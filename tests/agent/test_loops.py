@@ -7,6 +7,8 @@ interval) and are forgiven by the next success; an error is logged once however 
 (one line when expected, with its traceback when not), a new one again, the recovery once; the
 thread runs at once when asked to, a wake runs it again now, a failing body does not end it, and
 stop cuts the sleep, interrupts a blocked body and joins, from outside or from the body itself.
+Debounce (virtual time): a run after a quiet spell waits nothing, one within `seconds` of the
+last run's end waits `seconds`, zero never waits.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 
 import pytest
 
-from agent.infra.loops import SupervisedLoop
+from agent.infra.loops import Debounce, SupervisedLoop
 
 
 class Body:
@@ -133,3 +135,29 @@ def test_a_loop_is_started_once() -> None:
             loop.start()
     finally:
         loop.stop()
+
+
+def test_debounce_waits_only_when_the_last_run_ended_within_it() -> None:
+    now = [100.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    debounce = Debounce(0.05, clock=lambda: now[0], sleep=sleep)
+    assert debounce.wait() == 0.0  # never ran: a quiet node applies at once
+    now[0] += 0.01  # the run's work
+    debounce.done()
+    now[0] += 0.01  # an event during or just after it: the burst waits
+    assert debounce.wait() == 0.05
+    debounce.done()
+    now[0] += 0.05  # exactly `seconds` later: still the same burst
+    assert debounce.wait() == 0.05
+    debounce.done()
+    now[0] += 0.06  # quiet for longer than `seconds`: at once again
+    assert debounce.wait() == 0.0
+    assert slept == [0.05, 0.05]
+    never = Debounce(0, clock=lambda: now[0], sleep=sleep)
+    never.done()
+    assert never.wait() == 0.0 and slept == [0.05, 0.05]
