@@ -12,7 +12,8 @@ IPv6; policies compiled by `policy.compile_policies`):
 - egress: a may reach c on one TCP port only; a's UDP and other destinations are dropped;
 - pod to pod on one node passes both the source's egress and the destination's ingress;
 - an established connection survives a change that still allows it and is cut (its conntrack
-  entry deleted) by one that denies it;
+  entry deleted) by one that denies it; the sweep's read finds the same entries whether it
+  searches their bytes for the addresses first (a few addresses) or parses every entry;
 - apply_pod isolates a pod from its first packet (the first SYN is counted as dropped), and
   remove_pod lifts it; the time of apply_pod is measured;
 - counters: allowed packets per policy and drops per pod move with the traffic;
@@ -32,11 +33,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from agent.linux.nftpolicy import NftPolicy, render
+import pytest
+
+from agent.linux import nlcodec as nl
+from agent.linux.nftpolicy import NftPolicy, conntrack, render
+from agent.linux.nlread import Reader
 from testbed.netns import named_netns, ping, run_in, unique
 from tests.nftpolicy.conftest import Node, from_pod, key, policy
 from tests.nftpolicy.probes import Held, Probe, reach, servers
@@ -162,6 +168,24 @@ def test_established_connections_survive_an_allow_and_are_cut_by_a_deny(
         assert applied.conntrack_deleted >= 2, applied  # one per address family
         assert not any(h.echo() for h in held)
         check(node, {("a", "b", TCP): False, ("c", "b", TCP): True})
+
+
+def test_the_sweeps_read_finds_the_same_entries_with_and_without_its_prefilter(
+        node: Node, renderer: NftPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+    renderer.apply(node.desired(ALLOW_A))  # the table's ct rules: the node tracks connections
+    with held_a_to_b(node):
+        found, shipped = {}, conntrack.PREFILTER_MAX
+        for limit in (shipped, 0):  # the search in the bytes first; none
+            monkeypatch.setattr(conntrack, "PREFILTER_MAX", limit)
+            with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, nl.NETLINK_NETFILTER) as s:
+                found[limit] = {
+                    (e.flow.src, e.flow.dst, e.flow.port) for family, version in
+                    ((socket.AF_INET, 0), (socket.AF_INET6, 1))
+                    for e in conntrack.entries(Reader(s), family,
+                                               {node.addresses("b")[version].packed})}
+        a, b = node.addresses("a"), node.addresses("b")
+        assert {(a[0], b[0], 8080), (a[1], b[1], 8080)} <= found[0]
+        assert shipped > 0 and found[shipped] == found[0]
 
 
 def test_a_background_sweep_cuts_them_after_the_change_returns(node: Node) -> None:
