@@ -15,9 +15,9 @@ in one `sendmsg`: one transaction, all or nothing.
     run(commands, family, table)   `apply` when the commands are only elements, else
                                    libnftables
 
-Only what the renderer writes: keys that are single IPv4 or IPv6 addresses, data that is none
-(a set) or a jump / goto verdict (a verdict map). Like `nft.run`, it works in the calling
-thread's network namespace.
+Only what the renderer writes: keys that are IPv4 or IPv6 addresses or concatenations of them
+(`{"concat": [a, b]}`), data that is none (a set) or a jump / goto verdict (a verdict map).
+Like `nft.run`, it works in the calling thread's network namespace.
 """
 
 from __future__ import annotations
@@ -55,6 +55,10 @@ NLA_F_NESTED = 0x8000
 NESTED_MAX = 60_000  # an attribute's length is 16 bits: elements go in messages of this size
 
 
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Key = Address | tuple[Address, ...]  # a tuple: a concatenation
+
+
 @dataclass(frozen=True)
 class ElementOp:
     """Elements added to or deleted from one set or map; `targets`: per key, the chain a
@@ -62,7 +66,7 @@ class ElementOp:
 
     op: str  # "add" | "delete"
     name: str
-    keys: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...]
+    keys: tuple[Key, ...]
     targets: tuple[tuple[str, str], ...] = ()  # (verdict, chain) per key, for a map's add
 
 
@@ -79,15 +83,16 @@ def element_ops(commands: Sequence[dict[str, Any]], family: str, table: str
         if op not in ("add", "delete") or not isinstance(element, dict) \
                 or element.get("family") != family or element.get("table") != table:
             return None
-        keys, targets = [], []
+        keys: list[Key] = []
+        targets: list[tuple[str, str]] = []
         for item in element.get("elem", ()):
             text, verdict = item, None
             if isinstance(item, list) and len(item) == 2 and op == "add":
                 text, verdict = item
-            try:
-                keys.append(ipaddress.ip_address(text))
-            except (TypeError, ValueError):
-                return None  # a prefix, a range, a concatenation: libnftables' work
+            key = _key(text)
+            if key is None:
+                return None  # a prefix, a range: libnftables' work
+            keys.append(key)
             if verdict is not None:
                 if not isinstance(verdict, dict) or len(verdict) != 1:
                     return None
@@ -101,6 +106,21 @@ def element_ops(commands: Sequence[dict[str, Any]], family: str, table: str
         if keys:
             ops.append(ElementOp(op, element["name"], tuple(keys), tuple(targets)))
     return ops
+
+
+def _key(item: object) -> Key | None:
+    try:
+        if isinstance(item, dict) and set(item) == {"concat"} and isinstance(item["concat"], list):
+            return tuple(ipaddress.ip_address(part) for part in item["concat"])
+        return ipaddress.ip_address(item)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _packed(key: Key) -> bytes:
+    """A key as the kernel holds it: a concatenation's fields one after the other (each an
+    address: 4 or 16 bytes, already the 4-byte multiples the kernel aligns fields to)."""
+    return b"".join(a.packed for a in key) if isinstance(key, tuple) else key.packed
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -117,7 +137,7 @@ def _string(kind: int, text: str) -> bytes:
 
 
 def _element(op: ElementOp, i: int) -> bytes:
-    body = _nested(NFTA_SET_ELEM_KEY, _attr(NFTA_DATA_VALUE, op.keys[i].packed))
+    body = _nested(NFTA_SET_ELEM_KEY, _attr(NFTA_DATA_VALUE, _packed(op.keys[i])))
     if op.targets:
         kind, chain = op.targets[i]
         verdict = _attr(NFTA_VERDICT_CODE, struct.pack(">i", VERDICTS[kind])) + \

@@ -2,7 +2,8 @@
 
 Plan:
 - which `nft -j` documents are only elements (and so go over netlink), and which are not;
-- elements added and deleted in IPv4 and IPv6 sets and in a verdict map, read back with nft;
+- elements added and deleted in IPv4 and IPv6 sets, a set of concatenations and a verdict
+  map, read back with nft;
 - a batch is one transaction: a refused op leaves the ops before it undone, and the error
   names the set and the kernel's reason (a missing element, a missing chain, a wrong family);
 - more elements than one netlink attribute holds go in several messages of one batch;
@@ -33,6 +34,7 @@ table inet {TABLE} {{
   set s6 {{ type ipv6_addr; }}
   map m4 {{ type ipv4_addr : verdict; }}
   set cidrs {{ type ipv4_addr; flags interval; }}
+  set pairs6 {{ type ipv6_addr . ipv6_addr; }}
 }}
 """
 
@@ -65,13 +67,16 @@ def held(path: str, name: str) -> set[Any]:
 def test_only_plain_address_elements_are_element_ops() -> None:
     ops = element_ops([elem("add", "s4", "10.0.0.1", "10.0.0.2"),
                        elem("delete", "s6", "fd00::1"),
-                       elem("add", "m4", ["10.0.0.3", {"jump": {"target": "target"}}])],
+                       elem("add", "m4", ["10.0.0.3", {"jump": {"target": "target"}}]),
+                       elem("add", "pairs6", {"concat": ["fd00::1", "fd00::2"]})],
                       "inet", TABLE)
     assert ops == [
         ElementOp("add", "s4", (ipaddress.ip_address("10.0.0.1"),
                                 ipaddress.ip_address("10.0.0.2"))),
         ElementOp("delete", "s6", (ipaddress.ip_address("fd00::1"),)),
-        ElementOp("add", "m4", (ipaddress.ip_address("10.0.0.3"),), (("jump", "target"),))]
+        ElementOp("add", "m4", (ipaddress.ip_address("10.0.0.3"),), (("jump", "target"),)),
+        ElementOp("add", "pairs6", ((ipaddress.ip_address("fd00::1"),
+                                     ipaddress.ip_address("fd00::2")),))]
     assert element_ops([], "inet", TABLE) == []
     for other in ([{"add": {"chain": {"family": "inet", "table": TABLE, "name": "x"}}}],
                   [elem("add", "s4", "10.0.0.1"), {"flush": {"set": {"name": "s4"}}}],
@@ -97,6 +102,11 @@ def test_elements_added_and_deleted_in_sets_and_a_verdict_map(ns: str) -> None:
                      elem("add", "s4", "10.0.0.3")], "inet", TABLE)
     assert held(ns, "s4") == {"10.0.0.2", "10.0.0.3"}
     assert held(ns, "m4") == {json.dumps(["10.0.0.1", {"jump": {"target": "target"}}])}
+    pair = {"concat": ["fd00::1", "fd00::2"]}
+    nftelements.run([elem("add", "pairs6", pair)], "inet", TABLE)
+    assert held(ns, "pairs6") == {json.dumps(pair)}
+    nftelements.run([elem("delete", "pairs6", pair)], "inet", TABLE)
+    assert held(ns, "pairs6") == set()
     # adding what is there already is no error (nft's `add`, not `create`)
     nftelements.run([elem("add", "s4", "10.0.0.2")], "inet", TABLE)
     assert held(ns, "s4") == {"10.0.0.2", "10.0.0.3"}

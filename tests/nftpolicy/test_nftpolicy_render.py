@@ -2,11 +2,13 @@
 and scope, the verdict the conntrack sweep asks, the counters' meaning.
 
 Test plan:
-- a pod chain: node and own addresses return first; one nft rule per rule x IP version x
+- a pod chain: the node's addresses return first (the pod's own are pairs of policy-self, and
+  the chain is the same without them); one nft rule per rule x IP version x
   protocol, ports as sets of numbers and ranges, a protocol's every port as the protocol alone,
   `ports None` as no port match at all (never an empty set); one counter per allowing policy;
   a final counted drop; a non-isolated direction has no chain and no map element;
-- the base chain: established first, the no-SYN drops, then egress maps before ingress maps;
+- the base chain: established first, the no-SYN drops, a pod to itself (policy-self), then
+  egress maps before ingress maps;
 - a full transaction: flushes the maps before deleting stale chains, adds (never deletes) the
   counters it keeps, deletes stale counters last; touches no object NAT owns;
 - a diff transaction: nothing when nothing changed; one pod's changed peers rewrite that pod's
@@ -15,7 +17,8 @@ Test plan:
   kernel) is rewritten;
 - a per-pod transaction: only that pod's chains and counters, and the map elements of its
   addresses (an address another pod held is taken over); removal of a pod; what is installed
-  after it;
+  after it; the ADD of a pod whose chains were made before it (with no address) is only
+  elements;
 - the verdict: isolation, exemptions (this node's addresses only: another node's is a peer
   like any), peers, ports and protocols, both ends;
 - widening: a peer, a wider prefix, a port or a rule more, or isolation lifted cut nothing (no
@@ -36,6 +39,7 @@ import ipaddress
 import json
 from typing import Any
 
+from agent.linux.nftelements import element_ops
 from agent.linux.nftpolicy import render, transactions
 from agent.linux.nftpolicy.render import PodRules
 from agent.linux.nftpolicy.transactions import Installed
@@ -74,10 +78,9 @@ def test_a_pod_chain_exempts_then_allows_per_rule_version_and_protocol_then_drop
     body = out.chains[render.chain_name(A, "ingress")]
     assert body[0] == [{"match": {"op": "==", "left": {"payload": {"protocol": "ip",
                                                                    "field": "saddr"}},
-                                  "right": {"set": ["10.0.0.5", "192.168.0.1"]}}},
-                       {"return": None}]
-    assert body[1][0]["match"]["right"] == {"set": ["fd00::5"]}
-    tcp, udp, tcp6, udp6, everything, drop = body[2:]
+                                  "right": {"set": ["192.168.0.1"]}}},
+                       {"return": None}]  # the node's; no IPv6 one: no IPv6 exemption rule
+    tcp, udp, tcp6, udp6, everything, drop = body[1:]
     assert tcp[0]["match"]["right"] == {"set": [{"prefix": {"addr": "10.1.0.0", "len": 16}},
                                                 "10.0.0.7"]}
     assert tcp[1] == {"match": {"op": "==", "left": {"payload": {"protocol": "tcp",
@@ -94,13 +97,18 @@ def test_a_pod_chain_exempts_then_allows_per_rule_version_and_protocol_then_drop
     assert drop == [{"counter": render.drop_counter(A, "ingress")}, {"drop": None}]
     assert set(out.counters) == {*counters, render.allow_counter(A, "ingress", "t/all"),
                                  render.drop_counter(A, "ingress")}
+    # the pod's own addresses are exempt through policy-self, never named in its chain
+    own = rules(ingress=web()).addresses
+    assert not any(str(a) in json.dumps(body) for a in own)
+    assert out.selves == {(a, b) for a in own for b in own if a.version == b.version}
+    assert render.render_pod(A, PodRules(rules(ingress=web()).policy, ())).chains == out.chains
 
 
 def test_default_deny_is_the_exemptions_and_a_drop_and_open_is_nothing() -> None:
     out = render.render({A: rules(egress=DirectionRules(True)), B: rules(addresses=ADDR_B,
                                                                           key=B)})
     assert list(out.chains) == [render.chain_name(A, "egress")]
-    assert len(out.chains[render.chain_name(A, "egress")]) == 3  # v4 exempt, v6 exempt, drop
+    assert len(out.chains[render.chain_name(A, "egress")]) == 2  # the node's v4 exempt, drop
     assert out.elements == {("policy-egress4", ADDR_A[0]): render.chain_name(A, "egress"),
                             ("policy-egress6", ADDR_A[1]): render.chain_name(A, "egress")}
     assert out.policed == set(ADDR_A)
@@ -115,7 +123,7 @@ def test_only_this_nodes_addresses_are_exempt() -> None:
     out = render.render({A: isolated})
     for direction in ("ingress", "egress"):
         chain = out.chains[render.chain_name(A, direction)]
-        assert chain[0][0]["match"]["right"] == {"set": ["10.0.0.5", "192.168.0.1"]}
+        assert chain[0][0]["match"]["right"] == {"set": ["192.168.0.1"]}
     by_address = owners({A: isolated})
     assert allowed(by_address, Flow(6, NODE[0], ADDR_A[0], 80))
     assert not allowed(by_address, Flow(6, other, ADDR_A[0], 80))
@@ -137,7 +145,12 @@ def test_the_base_chain_accepts_established_then_egress_then_ingress() -> None:
     rules_ = [c["add"]["rule"]["expr"] for c in cmds if "rule" in c.get("add", {})]
     assert rules_[0][-1] == {"accept": None} and "established" in json.dumps(rules_[0])
     assert all(r[-1] == {"drop": None} and '"syn"' in json.dumps(r) for r in rules_[1:5])
-    maps = [r[0]["vmap"]["data"] for r in rules_[5:]]
+    assert [(r[0]["match"]["right"], r[-1]) for r in rules_[5:7]] == [
+        ("@policy-self4", {"accept": None}), ("@policy-self6", {"accept": None})]
+    assert rules_[5][0]["match"]["left"] == {"concat": [
+        {"payload": {"protocol": "ip", "field": "saddr"}},
+        {"payload": {"protocol": "ip", "field": "daddr"}}]}
+    maps = [r[0]["vmap"]["data"] for r in rules_[7:]]
     assert maps == ["@policy-egress4", "@policy-egress6", "@policy-ingress4",
                     "@policy-ingress6"]
     chain = cmds[1]["add"]["chain"]
@@ -193,7 +206,8 @@ def test_a_diff_transaction_touches_only_what_changed() -> None:
     delete_b = ops.index(("delete", "chain", b_in))
     assert all(i < delete_b for i, o in enumerate(ops) if o[1] == "element")
     assert {o[2] for o in ops[delete_b + 1:]} == set(render.render({B: both[B]}).counters)
-    assert ("flush", "chain", a_in) in ops  # a's own addresses are exempt in its chain
+    assert ("flush", "chain", a_in) not in ops  # a's chain names none of its own addresses
+    assert ("add", "element", "policy-self4") in ops  # they are exempt through policy-self
     # a chain known by name only (read from the kernel) is rewritten; with_base adds the base
     read = Installed(set(now.chains), set(now.counters), dict(now.elements), set(now.policed))
     ops = _ops(transactions.changes("vswitch-cni", read, render.render(both)))
@@ -209,9 +223,11 @@ def test_a_pod_transaction_touches_that_pod_and_its_addresses_only() -> None:
     assert ("delete", "chain", render.chain_name(B, "ingress")) in ops
     assert not any(o[0] == "delete" and o[2] == render.chain_name(A, "ingress") for o in ops)
     deleted = [c["delete"]["element"] for c in cmds if "element" in c.get("delete", {})]
-    assert {(d["name"], e) for d in deleted for e in d["elem"]} == {
-        ("policy-ingress4", "10.0.0.5"), ("policy-ingress4", "10.0.0.6"),
-        ("policy-pods4", "10.0.0.5"), ("policy-pods4", "10.0.0.6")}
+    assert {(d["name"], json.dumps(e)) for d in deleted for e in d["elem"]} == {
+        ("policy-ingress4", '"10.0.0.5"'), ("policy-ingress4", '"10.0.0.6"'),
+        ("policy-pods4", '"10.0.0.5"'), ("policy-pods4", '"10.0.0.6"'),
+        ("policy-self4", '{"concat": ["10.0.0.5", "10.0.0.5"]}'),
+        ("policy-self4", '{"concat": ["10.0.0.6", "10.0.0.6"]}')}
     assert ("flush", "chain", render.BASE) in ops  # the base objects, by default
     without = _ops(transactions.pod("vswitch-cni", B, (ADDR_A[0],), now, render.Rendered(),
                               with_base=False)[0])
@@ -220,6 +236,18 @@ def test_a_pod_transaction_touches_that_pod_and_its_addresses_only() -> None:
     assert after.chains == {render.chain_name(A, "ingress")}
     assert after.elements == {("policy-ingress6", ADDR_A[1]): render.chain_name(A, "ingress")}
     assert after.policed == {ADDR_A[1]}
+    assert after.selves == {(ADDR_A[1], ADDR_A[1])}
+
+
+def test_the_add_of_a_pod_whose_chains_were_made_before_is_elements_only() -> None:
+    early = render.render({A: PodRules(rules(ingress=web()).policy, ())})
+    assert early.chains and not early.elements and not early.policed and not early.selves
+    now = transactions.installed(early)
+    cmds, after = transactions.pod("vswitch-cni", A, ADDR_A, now,
+                                   render.render({A: rules(ingress=web())}), with_base=False)
+    assert {o[:2] for o in _ops(cmds)} == {("add", "element")}
+    assert element_ops(cmds, "inet", "vswitch-cni") is not None  # over netlink
+    assert after.policed == set(ADDR_A) and after.chains == now.chains
 
 
 def test_removal_deletes_every_policy_object_even_when_absent() -> None:

@@ -14,6 +14,8 @@ IPv6; policies compiled by `policy.compile_policies`):
 - an established connection survives a change that still allows it and is cut (its conntrack
   entry deleted) by one that denies it; the sweep's read finds the same entries whether it
   searches their bytes for the addresses first (a few addresses) or parses every entry;
+- a pod's chains made before its ADD (no address) enforce nothing; its ADD adds elements only
+  (no rule handle changes) and isolates it;
 - apply_pod isolates a pod from its first packet (the first SYN is counted as dropped), and
   remove_pod lifts it; the time of apply_pod is measured;
 - counters: allowed packets per policy and drops per pod move with the traffic;
@@ -41,7 +43,7 @@ from contextlib import contextmanager
 import pytest
 
 from agent.linux import nlcodec as nl
-from agent.linux.nftpolicy import NftPolicy, conntrack, render
+from agent.linux.nftpolicy import NftPolicy, PodRules, conntrack, render
 from agent.linux.nlread import Reader
 from testbed.netns import named_netns, ping, run_in, unique
 from tests.nftpolicy.conftest import Node, from_pod, key, policy
@@ -224,6 +226,22 @@ def test_apply_pod_isolates_from_the_first_packet(node: Node, renderer: NftPolic
         renderer.remove_pod(key("b"))
         check(node, {("a", "b", TCP): True})
         assert renderer.rules_for(key("b")) is None
+
+
+def test_chains_made_before_the_add_enforce_nothing_until_it(
+        node: Node, renderer: NftPolicy) -> None:
+    only_a = policy("b-in", select="b", ingress=[{"from": [from_pod("a")]}])
+    desired = node.desired(only_a)
+    early = {**desired, key("b"): PodRules(desired[key("b")].policy, ())}
+    renderer.apply(early)  # b bound to the node, its sandbox not started yet
+    handles = rule_handles(node.path)
+    assert render.chain_name(key("b"), "ingress") in handles
+    with servers(node.netns["b"], node.ips["b"], (TCP, UDP)):
+        check(node, {("c", "b", TCP): True})  # no element sends b's traffic to its chain yet
+        renderer.apply_pod(key("b"), desired[key("b")])  # the ADD
+        assert rule_handles(node.path) == handles  # no chain rewritten: elements only
+        check(node, {("a", "b", TCP): True, ("a", "b", UDP): True, ("c", "b", TCP): False,
+                     ("c", "b", UDP): False})
 
 
 def test_counters_follow_the_traffic(node: Node, renderer: NftPolicy) -> None:

@@ -6,18 +6,25 @@ The objects, all named `policy-...` in the agent's table (NAT's objects have oth
     chain policy-forward   type filter hook forward priority filter; policy accept
         ct state established,related accept
         ct state new, TCP without a lone SYN, from or to a policed pod: drop
+        ip saddr . ip daddr @policy-self4 accept      (ip6 likewise)
         ip saddr vmap @policy-egress4      ip6 saddr vmap @policy-egress6
         ip daddr vmap @policy-ingress4     ip6 daddr vmap @policy-ingress6
     map policy-{egress,ingress}{4,6}   pod address : jump policy-pod-<id>-{out,in}
     set policy-pods{4,6}               the addresses of the pods with an isolated direction
+    set policy-self{4,6}               source . destination, both a policed pod's own: a pod
+                                       to itself (a Service's hairpin), which the spec allows
     set policy-peer-<sel>-{4,6}        the pods one selector matches (<sel>: its PeerSet name),
                                        shared by every chain whose rules name that selector
     chain policy-pod-<id>-in|out       one per isolated direction of a pod:
-        peer in node addresses + the pod's own: return
+        peer in node addresses: return
         per rule, per IP version, per protocol: peer in @policy-peer-... (one rule per set)
             or in {ipBlock CIDRs}, ports, counters: return
         counter policy-drop-<id>-<dir>; drop
     counter policy-allow-<id>-<dir>-<policy id>   per pod, direction and allowing policy
+
+A chain names no address of its pod (its own are in policy-self, its peers in the peer sets):
+its rules are the same before the pod has addresses, so the controller can make a scheduled
+pod's chains before its ADD, which then adds elements only (docs/policy.md).
 
 The chains come from the rules' shared form (policy.SetRule) when the compiler gave one: a pod
 that joins or leaves a selector is then an element added to or deleted from that selector's
@@ -77,6 +84,7 @@ class Rendered:
     elements: dict[tuple[str, IPAddress], str] = field(default_factory=dict)  # (map, a) -> chain
     policed: set[IPAddress] = field(default_factory=set)
     sets: dict[str, frozenset[IPAddress]] = field(default_factory=dict)  # peer set -> members
+    selves: set[tuple[IPAddress, IPAddress]] = field(default_factory=set)  # policy-self
 
 
 def _id(text: str, n: int) -> str:
@@ -118,6 +126,10 @@ def map_name(direction: Dir, version: int) -> str:
 
 def set_name(version: int) -> str:
     return f"{PREFIX}pods{version}"
+
+
+def self_set_name(version: int) -> str:
+    return f"{PREFIX}self{version}"
 
 
 PEER_SET = f"{PREFIX}peer-"
@@ -202,7 +214,7 @@ def _pod_chain(key: PodKey, rules: PodRules, direction: Dir, out: Rendered) -> N
     spec = getattr(rules.policy, direction)
     peer = _PEER_FIELD[direction]
     body: list[Expr] = []
-    exempt = {*rules.policy.node_addresses, *rules.addresses}
+    exempt = set(rules.policy.node_addresses)
     for version in VERSIONS:
         mine = sorted(str(a) for a in exempt if a.version == version)
         if mine:
@@ -241,6 +253,9 @@ def render_pod(key: PodKey, rules: PodRules) -> Rendered:
     for direction in DIRECTIONS:
         if getattr(rules.policy, direction).isolated:
             _pod_chain(key, rules, direction, out)
+    if out.chains:
+        out.selves = {(a, b) for a in rules.addresses for b in rules.addresses
+                      if a.version == b.version}
     return out
 
 
@@ -277,5 +292,5 @@ def merge(parts: Iterable[Rendered]) -> Rendered:
         out.elements.update(part.elements)
         out.policed.update(part.policed)
         out.sets.update(part.sets)
-    return out
+        out.selves.update(part.selves)
     return out

@@ -129,9 +129,10 @@ class NftPolicy:
             previous = self._pods.get(key)
             cmds = self._pod(key, rules.addresses, self._render({key: rules}, prune=False))
             self._pods[key] = rules
-            # a new pod has no connections yet: the ADD path does not pay for a sweep
-            swept = 0 if previous is None or widens(previous, rules) \
-                else self._sweep(rules.addresses)
+            # a new pod (or one whose chains were made before its ADD, without addresses) has
+            # no connections yet: the ADD path does not pay for a sweep
+            swept = 0 if previous is None or not previous.addresses or \
+                widens(previous, rules) else self._sweep(rules.addresses)
             return Applied(len(cmds), swept)
 
     def remove_pod(self, key: PodKey) -> Applied:
@@ -345,6 +346,7 @@ class NftPolicy:
         now, values = Installed(), {}
         maps = {render.map_name(d, v) for d in DIRECTIONS for v in render.VERSIONS}
         sets = {render.set_name(v) for v in render.VERSIONS}
+        selves = {render.self_set_name(v) for v in render.VERSIONS}
         for obj in self._list({"table": {"family": "inet", "name": self.table}}):
             kind, body = next(iter(obj.items()))
             name = body.get("name", "") if isinstance(body, dict) else ""
@@ -358,6 +360,9 @@ class NftPolicy:
                     now.elements[(name, _address(address))] = verdict["jump"]["target"]
             elif kind == "set" and name in sets:
                 now.policed.update(_address(a) for a in body.get("elem", ()))
+            elif kind == "set" and name in selves:
+                now.selves.update((_address(a), _address(b)) for e in body.get("elem", ())
+                                  for a, b in [e["concat"]])
             elif kind == "set" and name.startswith(render.PEER_SET):
                 # plain addresses; anything else makes the next diff fail and rewrite all
                 now.sets[name] = frozenset(_address(a) for a in body.get("elem", ())

@@ -33,6 +33,7 @@ from agent.linux.nftpolicy.render import (
     owned_by,
     payload,
     peer_set_version,
+    self_set_name,
     set_name,
 )
 from policy import PodKey
@@ -55,6 +56,8 @@ def _containers(table: str) -> list[tuple[str, dict[str, Any]]]:
             out.append(("map", _obj(table, map_name(direction, version),
                                     type=addr_type(version), map="verdict")))
         out.append(("set", _obj(table, set_name(version), type=addr_type(version))))
+        out.append(("set", _obj(table, self_set_name(version),
+                                type=[addr_type(version), addr_type(version)])))
     return out
 
 
@@ -70,6 +73,10 @@ def _base_rules(table: str) -> list[Cmd]:
         for end in ("saddr", "daddr"):
             cmds.append(rule([new, no_syn, match_expr(payload(l3proto(version), end),
                                                       f"@{set_name(version)}"), {"drop": None}]))
+    for version in VERSIONS:  # a pod to itself: exempt (after the no-SYN check, as any pod)
+        ends = [payload(l3proto(version), end) for end in ("saddr", "daddr")]
+        cmds.append(rule([match_expr({"concat": ends}, f"@{self_set_name(version)}"),
+                          {"accept": None}]))
     for direction in ("egress", "ingress"):  # the source's egress first, then the destination
         for version in VERSIONS:
             key = payload(l3proto(version), POD_FIELD[direction])
@@ -132,7 +139,8 @@ def _chain_cmds(table: str, name: str, body: list[Expr], now: Installed | None =
 
 
 def _element_cmds(op: str, table: str, elements: Iterable[tuple[tuple[str, IPAddress], str]],
-                  policed: Iterable[IPAddress]) -> list[Cmd]:
+                  policed: Iterable[IPAddress],
+                  selves: Iterable[tuple[IPAddress, IPAddress]] = ()) -> list[Cmd]:
     by_map: dict[str, list[object]] = {}
     for (mapname, address), chain in sorted(elements, key=lambda e: (e[0][0], str(e[0][1]))):
         elem: object = str(address) if op == "delete" else \
@@ -141,6 +149,8 @@ def _element_cmds(op: str, table: str, elements: Iterable[tuple[tuple[str, IPAdd
     by_set: dict[str, list[object]] = {}
     for address in sorted(policed, key=str):
         by_set.setdefault(set_name(address.version), []).append(str(address))
+    for a, b in sorted(selves, key=lambda pair: (str(pair[0]), str(pair[1]))):
+        by_set.setdefault(self_set_name(a.version), []).append({"concat": [str(a), str(b)]})
     return [{op: {"element": _obj(table, name, elem=elems)}}
             for name, elems in (*sorted(by_map.items()), *sorted(by_set.items()))]
 
@@ -157,11 +167,12 @@ class Installed:
     policed: set[IPAddress] = field(default_factory=set)
     bodies: dict[str, list[Expr]] = field(default_factory=dict)
     sets: dict[str, frozenset[IPAddress]] = field(default_factory=dict)  # peer set -> members
+    selves: set[tuple[IPAddress, IPAddress]] = field(default_factory=set)
 
 
 def installed(new: Rendered) -> Installed:
     return Installed(set(new.chains), set(new.counters), dict(new.elements), set(new.policed),
-                     dict(new.chains), dict(new.sets))
+                     dict(new.chains), dict(new.sets), set(new.selves))
 
 
 def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
@@ -176,7 +187,7 @@ def full(table: str, now: Installed, new: Rendered) -> list[Cmd]:
     cmds += _peer_set_cmds(table, new.sets, None)
     for name, body in sorted(new.chains.items()):
         cmds += _chain_cmds(table, name, body)
-    cmds += _element_cmds("add", table, new.elements.items(), new.policed)
+    cmds += _element_cmds("add", table, new.elements.items(), new.policed, new.selves)
     # last: the rules that counted into them or matched them are gone by now
     cmds += _set_deletions(table, set(now.sets) - set(new.sets))
     cmds += [{"delete": {"counter": _obj(table, n)}}
@@ -197,9 +208,11 @@ def changes(table: str, now: Installed, new: Rendered, *, with_base: bool = True
     for name, body in sorted(new.chains.items()):
         cmds += _chain_cmds(table, name, body, now)
     stale = {e: c for e, c in now.elements.items() if new.elements.get(e) != c}
-    cmds += _element_cmds("delete", table, stale.items(), now.policed - new.policed)
+    cmds += _element_cmds("delete", table, stale.items(), now.policed - new.policed,
+                          now.selves - new.selves)
     fresh = {e: c for e, c in new.elements.items() if now.elements.get(e) != c}
-    cmds += _element_cmds("add", table, fresh.items(), new.policed - now.policed)
+    cmds += _element_cmds("add", table, fresh.items(), new.policed - now.policed,
+                          new.selves - now.selves)
     # after the elements: nothing refers to these chains, then no rule to these sets and counters
     cmds += [{"delete": {"chain": _obj(table, c)}} for c in sorted(now.chains - set(new.chains))]
     cmds += _set_deletions(table, set(now.sets) - set(new.sets))
@@ -223,19 +236,24 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
     cmds = base(table) if with_base else []
     claimed = set(addresses)
     stale = {e: c for e, c in now.elements.items() if e[1] in claimed or owned_by(key, c)}
-    unpoliced = (now.policed & ({a for (_, a) in stale} | claimed)) - new.policed
-    cmds += _element_cmds("delete", table, stale.items(), unpoliced)
+    touched = {a for (_, a) in stale} | claimed
+    unpoliced = (now.policed & touched) - new.policed
+    unselfed = {p for p in now.selves if p[0] in touched or p[1] in touched} - new.selves
+    cmds += _element_cmds("delete", table, stale.items(), unpoliced, unselfed)
     mine_chains = {c for c in now.chains if owned_by(key, c)}
     mine_counters = {c for c in now.counters if owned_by(key, c)}
     # after the elements: nothing refers to these chains any more
     cmds += [{"delete": {"chain": _obj(table, c)}}
              for c in sorted(mine_chains - set(new.chains))]
+    # a counter in place already (the pod's chains made before its ADD) keeps its count
     cmds += [{"add": {"counter": _obj(table, n, comment=c)}}
-             for n, c in sorted(new.counters.items())]
+             for n, c in sorted(new.counters.items()) if n not in now.counters]
     cmds += _peer_set_cmds(table, new.sets, now.sets)
     for name, body in sorted(new.chains.items()):
         cmds += _chain_cmds(table, name, body, now)
-    cmds += _element_cmds("add", table, new.elements.items(), new.policed - now.policed)
+    selves = now.selves - unselfed
+    cmds += _element_cmds("add", table, new.elements.items(), new.policed - now.policed,
+                          new.selves - selves)
     if delete_counters:
         cmds += [{"delete": {"counter": _obj(table, n)}}
                  for n in sorted(mine_counters - set(new.counters))]
@@ -244,7 +262,7 @@ def pod(table: str, key: PodKey, addresses: Iterable[IPAddress], now: Installed,
                       {e: c for e, c in now.elements.items() if e not in stale} | new.elements,
                       (now.policed - unpoliced) | new.policed,
                       {c: b for c, b in now.bodies.items() if c not in mine_chains}
-                      | new.chains, now.sets | new.sets)
+                      | new.chains, now.sets | new.sets, selves | new.selves)
     return cmds, after
 
 

@@ -134,7 +134,10 @@ def to_sweep(old: PodRules | None, new: PodRules) -> tuple[IPAddress, ...]:
     """The addresses whose tracked connections a change of a pod's rules from `old` to `new`
     may deny: none when `new` allows all `old` did; only the peers that left its sets when
     nothing else changed (a connection it now denies has one of them at its other end); else
-    the pod's own (all its connections are judged again)."""
+    the pod's own (all its connections are judged again). A pod that had no addresses (its
+    chains made before its ADD) had no connections."""
+    if old is not None and not old.addresses:
+        return ()
     if old is None or not widens(old, new):
         left = None if old is None else _left_sets(old, new)
         return new.addresses if left is None else tuple(left)
