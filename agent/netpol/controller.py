@@ -13,6 +13,11 @@ Two paths, one compiler:
   with there (docs/policy.md, "Only the pod's own node is exempt"). Until the cache has listed
   once, nothing is applied: the rules in place (nftables and VPP keep them while the
   agent restarts) stay as they are, rather than opening every pod for the moments of a restart.
+- **Before the ADD**: the full apply also compiles the pods the cache has on this node without
+  an attachment yet (bound to the node, the kubelet still starting the sandbox), and hands them
+  to the renderers with no address (`scheduled_key`): the nftables renderer makes their chains
+  and counters, which name no address of the pod, and enforces nothing for them; VPP's,
+  which needs the interface, ignores them. Their ADD then adds elements only (docs/policy.md).
 - **ADD** (`admit`, a step of the ADD before the pod side gets its addresses, so before the pod
   can send or receive anything): the pod's rules from the cached policies and the pod's labels,
   installed by every renderer before the CNI answer: a pod is isolated from its first packet.
@@ -52,6 +57,16 @@ from policy import Compiled, Pod
 from policy.model import IPAddress
 
 log = logging.getLogger(__name__)
+
+
+def scheduled_key(pod: K8sPod) -> AttachmentKey:
+    """The stand-in attachment of a pod scheduled to this node before its ADD: renderers make
+    what its ADD will need (the nftables chains), with no address, so nothing is enforced."""
+    return AttachmentKey(container_id=f"scheduled:{pod.namespace}/{pod.name}", ifname="")
+
+
+def is_scheduled(key: AttachmentKey) -> bool:
+    return key.ifname == "" and key.container_id.startswith("scheduled:")
 
 
 def record_pod(record: PodRecord) -> K8sPod | None:
@@ -103,7 +118,7 @@ class PolicyController:
         self._changed_dataplane = False
         self._warnings: tuple[str, ...] = ()
         self._synced = False
-        self._index = KeptIndex()  # the compiler's index of the cluster, between compiles
+        self._index = KeptIndex(node)  # the compiler's index of the cluster, between compiles
         # this node's pods as the last full compile made them from the records, and per pod
         # the object made (kept while its source and addresses are: the index sees no change)
         self._local: dict[K8sPod, Pod] = {}
@@ -159,7 +174,8 @@ class PolicyController:
                     return  # a change elsewhere in the cluster that changes nothing here
                 for renderer in self.renderers:
                     renderer.apply(desired)
-                self._installed, self._last = desired, desired
+                self._installed = {k: e for k, e in desired.items() if not is_scheduled(k)}
+                self._last = desired
                 if force:
                     self._forced, self._changed_dataplane = now, False
                 self._warnings = warnings
@@ -177,12 +193,15 @@ class PolicyController:
                 del self._admitted[key]
             records += list(self._admitted.values())
         local = {record_pod(r) for r in records}
-        compiled = self._compile(records, local)
+        compiled = self._compile(records, local, scheduled=True)
         desired: dict[AttachmentKey, Enforced] = {}
         for record in records:
             enforced = self._enforced(record, compiled)
             if enforced is not None:
                 desired[record.key] = enforced
+        for pod in sorted(compiled.pods.keys() - local):  # scheduled here, not attached yet
+            desired[scheduled_key(pod)] = Enforced(scheduled_key(pod), pod, compiled.pods[pod],
+                                                   ())
         return desired, compiled.warnings
 
     # ---- the request path ------------------------------------------------------------------
@@ -257,11 +276,12 @@ class PolicyController:
     # ---- compiling -------------------------------------------------------------------------
 
     def _compile(self, records: list[PodRecord], wanted: set[K8sPod | None],
-                 add: bool = False) -> Compiled:
+                 add: bool = False, scheduled: bool = False) -> Compiled:
         """The rules of `wanted`'s pods: the cache's pods, this node's as its records say (a
         pod the cache lacks comes from one GET, or without labels when the API has none).
         `add`: `records` are an ADD's, the node's other pods as the last full compile had
-        them; else they are all of the node's."""
+        them; else they are all of the node's. `scheduled`: also the pods the cache has on
+        this node without a record (not attached yet)."""
         local: dict[K8sPod, Pod] = {}
         for record in records:
             key = record_pod(record)
@@ -282,7 +302,7 @@ class PolicyController:
         return self._index.compile(self.source.pod_changes, local, self.source.namespaces(),
                                    self.source.policies().values(), sctp=self.sctp,
                                    node_addresses={self.node: self._node_addresses()},
-                                   only=only)
+                                   only=only, scheduled=scheduled)
 
     def _made_from(self, key: K8sPod, pod: Pod, ips: tuple[IPAddress, ...]) -> Pod:
         """The node's pod `key` for the compiler: `pod` with the record's addresses, on this

@@ -17,6 +17,10 @@ same pods under the same policies returns it as it is, the same object, while no
 since matches one of those selectors, before or after its change: most of a cluster's pod
 events touch none of the node's pods' peers, and then cost the node a journal read instead of a
 compile and a comparison of every rule (issue #39).
+
+It also keeps which of the cache's pods are scheduled to this node (`node`; not host-network):
+a compile with `scheduled=True` compiles them too, so that the controller can make their rules
+before their ADD (the kubelet starts a sandbox well after the pod is bound to the node).
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ class _Kept:
 class KeptIndex:
     """One index, one compile at a time (the loop's and the ADDs' compiles share it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, node: str = "") -> None:
+        self.node = node
+        self._scheduled: set[PodKey] = set()  # the cache's pods on `node`
         self._lock = threading.Lock()
         self._cluster: Cluster | None = None
         self._token: tuple[int, int] | None = None  # the source's, as of the last compile
@@ -73,11 +79,14 @@ class KeptIndex:
     def compile(self, changes: PodChanges, local: Mapping[PodKey, Pod],
                 namespaces: Mapping[str, Namespace], policies: Iterable[NetworkPolicy], *,
                 sctp: bool, node_addresses: Mapping[str, Iterable[IPAddress]],
-                only: Collection[PodKey] | None) -> Compiled:
-        """`policy.compile_policies` over the source's pods with `local` laid over them."""
+                only: Collection[PodKey] | None, scheduled: bool = False) -> Compiled:
+        """`policy.compile_policies` over the source's pods with `local` laid over them;
+        `scheduled`: `only` and the cache's pods scheduled to the node."""
         with self._lock:
             try:
                 cluster = self._synced(changes(self._token), local, namespaces)
+                if scheduled and only is not None:
+                    only = {*only, *self._scheduled}
                 key = None if only is None else frozenset(only)
                 policies = list(policies)
                 nodes = {n: tuple(a) for n, a in node_addresses.items()}
@@ -103,12 +112,17 @@ class KeptIndex:
         touched: Iterable[PodKey] = got.changed
         if got.full is not None:
             self._cache = dict(got.full)
+            self._scheduled = {k for k, p in self._cache.items() if self._on_node(p)}
         else:
             for key, pod in got.changed.items():
                 if pod is None:
                     self._cache.pop(key, None)
                 else:
                     self._cache[key] = pod
+                if pod is not None and self._on_node(pod):
+                    self._scheduled.add(key)
+                else:
+                    self._scheduled.discard(key)
         self._token = got.token
         cluster = self._cluster
         if cluster is None or got.full is not None or namespaces != self._namespaces:
@@ -133,6 +147,9 @@ class KeptIndex:
                 self.updates += 1
         self._local, self._namespaces = dict(local), dict(namespaces)
         return cluster
+
+    def _on_node(self, pod: Pod) -> bool:
+        return bool(self.node) and pod.node == self.node and not pod.host_network
 
     def _forget(self, changes: list[Touched] | None) -> None:
         """Drops the kept results whose reads see one of the pod `changes` (None: the set of

@@ -10,6 +10,10 @@ Test plan:
   cluster, a changed policy changes the rules, an attachment whose pod left loses them;
 - a sandbox replaced: the old attachment's DEL leaves the new one's rules;
 - no renderer ever gets another node's pod: other nodes' pods are peers only;
+- a pod bound to this node before its ADD is compiled in the full apply and handed over with no
+  address (a stand-in attachment), host-network pods and other nodes' pods not; its ADD then
+  hands over the same rules with the attachment's address, and the stand-in goes once the
+  record is there;
 - `explain` shows the rules in force and the policies each came from; counters add up;
 - the compiler's index is kept between compiles: a pod elsewhere that joins, changes or leaves
   updates it (no rebuild) and the rules follow; an ADD between full applies shares it.
@@ -30,7 +34,7 @@ import pytest
 from agent.infra.listwatch import Changes
 from agent.model.errors import TryAgainLater
 from agent.model.pod import PodKey, PodRecord
-from agent.netpol.controller import PolicyController
+from agent.netpol.controller import PolicyController, scheduled_key
 from agent.netpol.types import Counts, Enforced
 from policy import Namespace, NetworkPolicy, Pod, pod_from_k8s, policy_from_k8s
 from policy import PodKey as K8sPod
@@ -188,10 +192,45 @@ def test_a_full_apply_gives_the_whole_node_and_follows_changes() -> None:
     db = renderer.state[PodKey("c-db", "eth0")]
     assert [str(n) for n in db.policy.ingress.rules[0].peers] == ["10.0.1.6/32"]
     assert not renderer.state[PodKey("c-web", "eth0")].isolated
-    records.pop()  # web's attachment is gone (DEL)
+    records.pop()  # web's attachment is gone (DEL); the pod is still bound to this node
+    ctl.run_once()
+    assert set(renderer.state) == {PodKey("c-db", "eth0"), scheduled_key(K8sPod("a", "web"))}
+    assert renderer.state[scheduled_key(K8sPod("a", "web"))].addresses == ()
+    assert ctl.installed() == 1 and ctl.applies == 3
+
+
+def test_a_pod_bound_here_gets_its_rules_before_its_add() -> None:
+    cache = Cache()
+    cache.pod_list = [pod_from_k8s(pod("a", "db", None, {"app": "db"})),
+                      pod_from_k8s(pod("a", "host", None, {"app": "db"}, hostNetwork=True)),
+                      pod_from_k8s(pod("a", "far", None, {"app": "db"}, node="n2"))]
+    cache.policy_list = [policy_from_k8s(policy("a", "p", podSelector={
+        "matchLabels": {"app": "db"}}, ingress=[FROM_WEB]))]
+    records: list[PodRecord] = []
+    renderer = Recorder()
+    ctl = controller(cache, records, renderer)
+    ctl.run_once()
+    early = scheduled_key(K8sPod("a", "db"))
+    assert set(renderer.state) == {early}
+    assert renderer.state[early].addresses == () and renderer.state[early].policy.ingress.isolated
+    assert ctl.installed() == 0 and ctl.explain("a", "db") is None  # nothing enforced yet
+    # bound later (a watch event, not a relist): the kept index follows
+    cache.pod_list = [*cache.pod_list, pod_from_k8s(pod("a", "db2", None, {"app": "db"}))]
+    ctl.changed("Pod")
+    ctl.run_once()
+    assert set(renderer.state) == {early, scheduled_key(K8sPod("a", "db2"))}
+    cache.pod_list = cache.pod_list[:-1]
+    ctl.changed("Pod")
+    ctl.run_once()
+    assert set(renderer.state) == {early}
+    assert ctl._index.rebuilds == 1  # followed through the journal
+    ctl.admit(record("db", "10.0.1.5"))
+    added = renderer.state[PodKey("c-db", "eth0")]
+    assert added.policy == renderer.state[early].policy
+    assert added.addresses == (ipaddress.ip_address("10.0.1.5"),)
+    records.append(record("db", "10.0.1.5"))
     ctl.run_once()
     assert set(renderer.state) == {PodKey("c-db", "eth0")}
-    assert ctl.installed() == 1 and ctl.applies == 3
 
 
 def test_a_replaced_sandboxs_del_leaves_the_new_ones_rules() -> None:
