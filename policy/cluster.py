@@ -98,6 +98,10 @@ class Cluster:
         # what compiling a policy warns about, by (id, sctp), with the policy object (the
         # compiler's memo: policies outlive pod events)
         self.notes: dict[tuple[int, bool], tuple[NetworkPolicy, frozenset[str]]] = {}
+        # the compiler's checked policies (given, sctp, by namespace, warnings): see
+        # policy.compiler._checked; kept while the same policy objects are given
+        self.checked: tuple[tuple[NetworkPolicy, ...], bool, dict[str, list[NetworkPolicy]],
+                            frozenset[str]] | None = None
         self.reads = Reads()  # what the reads since `reading()` depended on
         seen: set[PodKey] = set()
         for pod in pods:

@@ -215,32 +215,54 @@ class _Compiler:
 def _selections(compiler: _Compiler, policies: Iterable[NetworkPolicy],
                 mine: list[Pod]) -> dict[tuple[PodKey, Direction], list[_Part]]:
     """(pod, direction) -> the parts of every policy of that direction selecting the pod, for
-    the pods `mine`; each policy's selector is matched against their label sets only (a policy
-    of a namespace without one of them costs a lookup), and every policy's warnings are
-    gathered (memoized per policy object in the index)."""
+    the pods `mine`; only the policies of the namespaces of `mine` are looked at (a
+    podSelector selects in its own namespace), each selector matched against their label sets
+    only; every policy's warnings are gathered. The policies' order, name check and warnings
+    are memoized in the index for the same policy objects (`_checked`): an ADD's compile, of
+    one pod, does not walk a cluster's thousands of policies."""
     groups: dict[str, dict[frozenset[tuple[str, str]], tuple[Pod, list[PodKey]]]] = {}
     for pod in mine:
         group = groups.setdefault(pod.namespace, {}).setdefault(
             frozenset(pod.labels.items()), (pod, []))
         group[1].append(pod.key)
+    by_namespace, warnings = _checked(compiler, policies)
+    compiler.warnings |= warnings
     out: dict[tuple[PodKey, Direction], list[_Part]] = {}
+    for namespace in sorted(groups):
+        for policy in by_namespace.get(namespace, ()):
+            selected = [key for first, keys in groups[namespace].values()
+                        if policy.pod_selector.matches(first.labels) for key in keys]
+            if not selected:
+                continue
+            for direction in DIRECTIONS:
+                if policy.affects(direction):
+                    parts = [compiler.part(policy, direction, i, r)
+                             for i, r in enumerate(policy.rules(direction))]
+                    for key in selected:
+                        out.setdefault((key, direction), []).extend(parts)
+    return out
+
+
+def _checked(compiler: _Compiler, policies: Iterable[NetworkPolicy]
+             ) -> tuple[dict[str, list[NetworkPolicy]], frozenset[str]]:
+    """The policies by namespace (each in name order), checked for two of one name, and every
+    policy's warnings; memoized in the index while the policies are the same objects."""
+    given = tuple(policies)
+    memo = compiler.cluster.checked
+    if memo is not None and len(memo[0]) == len(given) and \
+            all(a is b for a, b in zip(memo[0], given, strict=True)) and memo[1] == compiler.sctp:
+        return memo[2], memo[3]
+    by_namespace: dict[str, list[NetworkPolicy]] = {}
+    warnings: set[str] = set()
     seen: set[str] = set()
-    for policy in sorted(policies, key=lambda p: p.key):
+    for policy in sorted(given, key=lambda p: p.key):
         if policy.key in seen:
             raise PolicyError("policies", policy.key, "two NetworkPolicies of one name")
         seen.add(policy.key)
-        compiler.warnings |= compiler.notes(policy)
-        selected = [key for first, keys in groups.get(policy.namespace, {}).values()
-                    if policy.pod_selector.matches(first.labels) for key in keys]
-        if not selected:
-            continue
-        for direction in DIRECTIONS:
-            if policy.affects(direction):
-                parts = [compiler.part(policy, direction, i, r)
-                         for i, r in enumerate(policy.rules(direction))]
-                for key in selected:
-                    out.setdefault((key, direction), []).extend(parts)
-    return out
+        warnings |= compiler.notes(policy)
+        by_namespace.setdefault(policy.namespace, []).append(policy)
+    compiler.cluster.checked = (given, compiler.sctp, by_namespace, frozenset(warnings))
+    return by_namespace, frozenset(warnings)
 
 
 def compile_policies(pods: Iterable[Pod], namespaces: Iterable[Namespace],

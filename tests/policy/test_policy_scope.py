@@ -9,7 +9,9 @@ Test plan:
 - two policies allowing the same ports merge into one rule naming both; equal peers merge their
   ports; a rule whose traffic another allows entirely disappears into it (its policy named
   there); an allow-all rule swallows the rest;
-- duplicate pods, namespaces or policies are refused, naming the duplicate.
+- duplicate pods, namespaces or policies are refused, naming the duplicate;
+- a kept index checks the policies again (selection, warnings, duplicates) when the list given
+  is not the same objects; a pod's compile reads only its namespace's policies.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from policy import (
     PortRange,
     Rule,
     compile_policies,
+    pod_from_k8s,
+    policy_from_k8s,
 )
+from policy.cluster import Cluster
+from policy.compiler import compile_cluster
 from tests.policy.build import EVERYWHERE, compile_, key, nets, plain, pod, policy, tcp
 
 FROM_WEB = {"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}
@@ -121,3 +127,26 @@ def test_duplicates_are_refused() -> None:
         compile_policies([], [Namespace("a"), Namespace("a")], [], sctp=True)
     with pytest.raises(PolicyError, match="a/p"):
         compile_policies([], [], [NetworkPolicy("a", "p"), NetworkPolicy("a", "p")], sctp=True)
+
+
+def test_a_kept_index_checks_the_policies_again_when_they_change() -> None:
+    # the compiler memoizes the checked policies (order, names, warnings) in the index for the
+    # same objects; a new list is checked anew
+    index = Cluster([pod_from_k8s(pod("a", "x", "10.0.0.1", {"app": "x"})),
+                     pod_from_k8s(pod("b", "y", "10.0.0.2", {"app": "x"}))], [])
+    deny_a = policy_from_k8s(policy("a", "deny"))
+    first = compile_cluster(index, [deny_a], sctp=True, only={key("x"), key("y", "b")})
+    assert first.pods[key("x")].ingress.isolated
+    assert not first.pods[key("y", "b")].ingress.isolated  # a's policy selects in a only
+    again = compile_cluster(index, [deny_a], sctp=True, only={key("y", "b")})
+    assert not again.pods[key("y", "b")].ingress.isolated
+    deny_b = policy_from_k8s(policy("b", "deny"))
+    both = compile_cluster(index, [deny_a, deny_b], sctp=True, only={key("y", "b")})
+    assert both.pods[key("y", "b")].ingress.isolated
+    sctp = policy_from_k8s(policy("a", "s", ingress=[{"ports": [{"protocol": "SCTP",
+                                                                  "port": 9}]}]))
+    assert compile_cluster(index, [sctp], sctp=False, only={key("y", "b")}).warnings
+    assert not compile_cluster(index, [sctp], sctp=True, only={key("y", "b")}).warnings
+    with pytest.raises(PolicyError, match="a/deny"):
+        compile_cluster(index, [deny_a, deny_b, policy_from_k8s(policy("a", "deny"))],
+                        sctp=True, only={key("y", "b")})
