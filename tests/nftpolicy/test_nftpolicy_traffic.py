@@ -17,7 +17,8 @@ IPv6; policies compiled by `policy.compile_policies`):
 - a pod's chains made before its ADD (no address) enforce nothing; its ADD adds elements only
   (no rule handle changes) and isolates it;
 - apply_pod isolates a pod from its first packet (the first SYN is counted as dropped), and
-  remove_pod lifts it; the time of apply_pod is measured;
+  remove_pod lifts it (its elements go, its chain stays until the next full apply); the time
+  of apply_pod is measured;
 - counters: allowed packets per policy and drops per pod move with the traffic;
 - a full apply replaces everything at once: a pod left out loses its chains, kept counters keep
   their counts, remove() leaves nothing of the policy; a removed pod's allow counter is left
@@ -223,9 +224,15 @@ def test_apply_pod_isolates_from_the_first_packet(node: Node, renderer: NftPolic
         view = renderer.rules_for(key("b"))
         assert view is not None and view.egress is None and view.ingress is not None
         assert view.ingress.dropped == dropped
+        handles = rule_handles(node.path)
         renderer.remove_pod(key("b"))
         check(node, {("a", "b", TCP): True})
         assert renderer.rules_for(key("b")) is None
+        # its chain stays, enforcing nothing, until the next full apply (which keeps it while
+        # the pod is bound to the node, for its next ADD)
+        assert rule_handles(node.path) == handles
+        renderer.apply(node.desired(deny, names=("a", "c")))
+        assert render.chain_name(key("b"), "ingress") not in rule_handles(node.path)
 
 
 def test_chains_made_before_the_add_enforce_nothing_until_it(

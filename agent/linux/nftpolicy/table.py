@@ -136,14 +136,20 @@ class NftPolicy:
             return Applied(len(cmds), swept)
 
     def remove_pod(self, key: PodKey) -> Applied:
-        """Removes one pod's chains and map elements; its allow counters go idle (counted
-        until the next repairing apply retires them: the pod is gone, its counts are not)."""
+        """Ends one pod's enforcement: its map and set elements go (elements only: over
+        netlink, so a DEL or a failed ADD's undo pays no libnftables cache fill). Its chains
+        and counters stay, enforcing nothing, until the next full apply: it keeps them when
+        the pod is still bound to the node (its next ADD finds them), else deletes them and
+        the allow counters go idle (counted until a repairing apply retires them)."""
         with table_lock:
             previous = self._pods.get(key)
-            addresses = previous.addresses if previous is not None else ()
-            cmds = self._pod(key, addresses, render.Rendered())  # its counters' meanings known
-            self._pods.pop(key, None)
-            self._rendered.pop(key, None)
+            if previous is None:
+                cmds = self._pod(key, (), render.Rendered())
+            else:
+                kept = PodRules(previous.policy, ())
+                cmds = self._pod(key, previous.addresses, self._render({key: kept},
+                                                                       prune=False))
+                self._pods[key] = kept
             return Applied(len(cmds), 0)
 
     def remove(self) -> None:
@@ -182,7 +188,9 @@ class NftPolicy:
         """What is installed for a pod, with its counts (None: the pod has no rules here)."""
         with table_lock:
             rules = self._pods.get(key)
-            return None if rules is None else pod_view(key, rules, self._counter_values())
+            if rules is None or not rules.addresses:
+                return None  # chains made before an ADD, or kept after a DEL: nothing enforced
+            return pod_view(key, rules, self._counter_values())
 
     def pods(self) -> frozenset[PodKey]:
         with table_lock:
