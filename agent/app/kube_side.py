@@ -154,7 +154,7 @@ class KubeSide:
         exempt = node_addresses(networks, node_ip, cfg.dataplane)
         vpp = cfg.dataplane == "vpp"
         # the conntrack sweep off the apply path: a change or an ADD never waits for it
-        table = NftPolicy(cfg.nat_table, sweep_in_background=True)
+        table = NftPolicy(cfg.nat_table, sweep_in_background=True, verify_in_background=True)
         renderers = [nft_renderer(table)]
         if vpp:
             from agent.app.policy_vpp import vpp_renderer  # the VPP side only when it runs

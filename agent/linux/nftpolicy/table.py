@@ -1,21 +1,19 @@
 """NftPolicy: the kernel renderer's one object. It installs compiled rules into the agent's
-table, one libnftables transaction per change, sweeps the connections a change denies from
-conntrack, and reads the counters back.
+table, one transaction per change (elements only: over netlink; else libnftables), sweeps the
+connections a change denies from conntrack (sweeper.py), and reads the counters back.
 
-It keeps what it installed (the pods' rules, the objects by name, the chains' rules, the peer
-sets' members) to make each change a diff that touches only what changed: a pod event that
-changes nothing on the node costs no transaction, a peer joining or leaving a selector is an
-element of that selector's set (no chain rewritten, no pod rendered again), and a policy change
-rewrites the chains of the pods it changes, so an ADD (`apply_pod`, same lock) does not wait
-behind a rewrite of the whole node. Allow counters no rule uses any more stay idle, still
-counted, until the next repairing apply reads and retires them. It reads the
-kernel before its first change, at a full `apply` when its last read is `verify_every` seconds
-old, and when a diff fails; such an apply rewrites every object, so that it starts from what a
-previous agent left there and repairs what someone changed by hand (within `verify_every`).
-All methods work in the calling thread's network namespace and serialize on `nft.table_lock`
-(NAT's owner of the same table takes it too). Errors: NftError from nftables (nothing changed:
-a transaction is all or nothing); a failed conntrack sweep is logged, not raised (the rules
-are in place; only connections established before the change may outlive it).
+It keeps what it installed (the pods' rules, the objects by name, the chains' rules, the sets'
+members) to make each change a diff that touches only what changed: a pod event that changes
+nothing on the node costs no transaction, a peer joining or leaving a selector is an element
+of its set, a policy change rewrites the chains of the pods it changes, and an ADD (`apply_pod`,
+same lock) does not wait behind a rewrite of the node. Allow counters no rule uses any more
+stay idle, still counted, until the next check reads and retires them. It reads the kernel
+before its first change, when a diff fails, and every `verify_every` seconds (verify.py); only
+a difference from what it wrote rewrites everything, so that it starts from what a previous
+agent left and repairs what someone changed by hand. All methods work in the calling thread's
+network namespace and serialize on `nft.table_lock` (NAT's owner of the table takes it too).
+Errors: NftError from nftables (nothing changed: a transaction is all or nothing); a failed
+conntrack sweep is logged, not raised (only connections from before the change may outlive it).
 """
 
 from __future__ import annotations
@@ -23,26 +21,27 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.infra.loops import SupervisedLoop
 from agent.linux import nftelements
 from agent.linux.netns import enter_netns, own_netns_fd
 from agent.linux.nft import NftError, run, table_lock
-from agent.linux.nftpolicy import conntrack, render, transactions
-from agent.linux.nftpolicy.render import DIRECTIONS, Dir, PodRules
+from agent.linux.nftpolicy import render, transactions, verify
+from agent.linux.nftpolicy.render import PodRules
+from agent.linux.nftpolicy.sweeper import Sweeper
 from agent.linux.nftpolicy.transactions import Installed
-from agent.linux.nftpolicy.verdict import allowed, owners, to_sweep, widens
-from agent.linux.nftpolicy.views import Count, Counters, PodView, meanings, pod_view
+from agent.linux.nftpolicy.verdict import owners, to_sweep, widens
+from agent.linux.nftpolicy.views import Count, Counters, PodView, meanings, pod_view, tally
 from policy import PodKey
 from policy.model import IPAddress
 
 log = logging.getLogger(__name__)
 TABLE = "vswitch-cni"
+VERIFY_TRIES = 3  # background checks dropped for a change in between before one holds the table
 
 
 @dataclass(frozen=True)
@@ -57,26 +56,30 @@ class NftPolicy:
     """The NetworkPolicy of this node's pods in nftables table `inet <table>`."""
 
     def __init__(self, table: str = TABLE, *, sweep_conntrack: bool = True,
-                 sweep_in_background: bool = False, verify_every: float = 30.0) -> None:
+                 sweep_in_background: bool = False, verify_every: float = 30.0,
+                 verify_in_background: bool = False) -> None:
         """`sweep_in_background`: the conntrack sweep of a change runs in a thread of its own,
         after the change returns (the agent: a sweep reads the node's whole conntrack table, up
         to seconds on a busy node, and must not hold up the next change or a pod's ADD);
         `Applied.conntrack_deleted` is then 0 and `swept` counts what the thread deleted.
-        `verify_every`: seconds after which a full `apply` reads the kernel and rewrites
-        everything (0: every full apply does; the controller's resync forces one every 30 s)."""
+        `verify_every`: seconds after which the kernel is read back and compared with what
+        this object wrote (`verify.drift`); only a difference rewrites everything. By a full
+        `apply` once due (0: every one), or with `verify_in_background` by a thread of its own
+        every `verify_every`, which reads without holding the table (a read takes libnftables
+        most of a second at a busy node) and repairs at once what it finds."""
         self.table = table
         self.verify_every = verify_every
-        self._verified = float("-inf")  # time.monotonic() of the last full rewrite
-        self._sweep_conntrack = sweep_conntrack
-        self._background = sweep_in_background
-        self._pending: set[IPAddress] = set()
-        self._pending_lock = threading.Lock()
-        self._sweeper: SupervisedLoop | None = None  # runs when woken (and hourly: a no-op)
+        self._verified = float("-inf")  # time.monotonic() of the last check
+        self._verify_background = verify_in_background
+        self._verifier: SupervisedLoop | None = None
+        self._verifier_entered = False
+        self._verify_tries = 0  # background checks dropped because a change came in between
+        self._generation = 0  # transactions this object ran
         # the sweeper works in the namespace this object was made in (a thread starts in the
         # process's): its descriptor, held while the object lives
-        self._netns_fd = own_netns_fd() if sweep_in_background else -1
-        self._sweeper_entered = False
-        self.swept = 0
+        self._netns_fd = own_netns_fd() if sweep_in_background or verify_in_background else -1
+        self._sweeper = Sweeper(lambda: owners(self._pods), enabled=sweep_conntrack,
+                                background=sweep_in_background, netns_fd=self._netns_fd)
         self._pods: dict[PodKey, PodRules] = {}
         self._now: Installed | None = None  # None: not read from the kernel yet
         self._base = False  # the base chain, maps and sets known to be in place
@@ -106,13 +109,8 @@ class NftPolicy:
                 return Applied(0, 0)  # what is installed already (not even rendered again)
             new = self._render(desired)
             cmds = self._diff(new)
-            if cmds is None:  # the kernel's state, read, then everything rewritten
-                now, values = self._read()
-                retired = self._retiring(values, now.counters - set(new.counters))
-                cmds = transactions.full(self.table, now, new)
-                run(cmds)
-                self._verified = time.monotonic()
-                self._retired, self._idle = retired, {}
+            if cmds is None:  # the kernel's state read, and compared: rewritten if it drifted
+                cmds = self._checked(new)
             self._base = True
             # a pod whose change allows more keeps its connections; one whose peer sets lost
             # members, those members' connections; any other, all of its own
@@ -120,7 +118,11 @@ class NftPolicy:
                               if (old := self._pods.get(key)) is not rules
                               for a in to_sweep(old, rules)}, key=str)
             self._now, self._pods = transactions.installed(new), dict(desired)
-            return Applied(len(cmds), self._sweep(changed))
+            if self._verify_background and self._verifier is None:
+                self._verifier = SupervisedLoop("nft-verify", self._verify_once,
+                                                self.verify_every, log=log)
+                self._verifier.start()
+            return Applied(len(cmds), self._sweeper.sweep(changed))
 
     def apply_pod(self, key: PodKey, rules: PodRules) -> Applied:
         """Installs or replaces one pod's chains and map elements in one small transaction
@@ -132,7 +134,7 @@ class NftPolicy:
             # a new pod (or one whose chains were made before its ADD, without addresses) has
             # no connections yet: the ADD path does not pay for a sweep
             swept = 0 if previous is None or not previous.addresses or \
-                widens(previous, rules) else self._sweep(rules.addresses)
+                widens(previous, rules) else self._sweeper.sweep(rules.addresses)
             return Applied(len(cmds), swept)
 
     def remove_pod(self, key: PodKey) -> Applied:
@@ -166,23 +168,18 @@ class NftPolicy:
 
     # --- reads ---------------------------------------------------------------------------
 
+    @property
+    def swept(self) -> int:
+        """Connections the background sweeps deleted."""
+        return self._sweeper.swept
+
     def counters(self) -> Counters:
         """Packets and bytes allowed per policy ("ns/name", summed over this node's pods and
         both directions, deleted counters included: monotonic while the agent runs) and
         dropped per pod and isolated direction (a drop is no policy's: isolation did it)."""
         with table_lock:
-            values = self._counter_values()
-            allowed_by: dict[str, Count] = dict(self._retired)
-            dropped: dict[tuple[PodKey, Dir], Count] = {}
-            active = meanings(self._pods)
-            for name, meaning in (*active.items(),
-                                  *((n, p) for n, p in self._idle.items() if n not in active)):
-                value = values.get(name, Count(0, 0))
-                if isinstance(meaning, str):
-                    allowed_by[meaning] = allowed_by.get(meaning, Count(0, 0)) + value
-                else:
-                    dropped[meaning] = value
-            return Counters(allowed_by, dropped)
+            return tally(self._counter_values(), self._retired, meanings(self._pods),
+                         self._idle)
 
     def rules_for(self, key: PodKey) -> PodView | None:
         """What is installed for a pod, with its counts (None: the pod has no rules here)."""
@@ -265,9 +262,74 @@ class NftPolicy:
         """A diff's transaction: only elements (a peer change, a pod's map entry) go over
         netlink, without the cache libnftables reads first (nftelements)."""
         nftelements.run(cmds, "inet", self.table)
+        self._generation += 1
 
     def _verify_due(self) -> bool:
-        return self._now is None or time.monotonic() - self._verified >= self.verify_every
+        return self._now is None or (not self._verify_background and \
+            time.monotonic() - self._verified >= self.verify_every)
+
+    def _checked(self, new: render.Rendered) -> list[dict[str, Any]]:
+        """Reads the kernel and compares it with what this object wrote: the same, the diff
+        to `new` (and the idle counters retired, their values read); else (or nothing written
+        yet) everything rewritten."""
+        believed = self._now
+        read = self._read_all()
+        reason = "first read" if believed is None else self._drift(read, believed)
+        if reason is None:
+            assert believed is not None
+            now = replace(believed, counters=believed.counters | set(self._idle))
+            retired = self._retiring(read.values, now.counters - set(new.counters))
+            cmds = transactions.changes(self.table, now, new, with_base=not self._base)
+            if cmds:
+                self._run(cmds)
+        else:
+            if believed is not None:
+                log.warning("NetworkPolicy: %s of table %s changed behind the agent's back; "
+                            "rewriting every rule", reason, self.table)
+            retired = self._retiring(read.values, read.installed.counters - set(new.counters))
+            cmds = transactions.full(self.table, read.installed, new)
+            self._run(cmds)
+        self._retired, self._idle = retired, {}
+        self._verified = time.monotonic()
+        return cmds
+
+    def _drift(self, read: verify.Read, believed: Installed) -> str | None:
+        return verify.drift(read, believed, self._idle)
+
+    def _verify_once(self) -> None:
+        """The background check (its loop's thread): the table read without holding it, then
+        compared if nothing was written meanwhile (else the next round; the fourth in a row
+        reads holding the table). A drift is repaired at once, a full apply of the pods."""
+        if not self._verifier_entered:
+            enter_netns(self._netns_fd)  # the loop's thread, for good
+            self._verifier_entered = True
+        with table_lock:
+            if self._now is None:
+                return
+            if self._verify_tries >= VERIFY_TRIES:
+                self._verify_with(verify.parse(self._list(self._what())))
+                return
+            generation = self._generation
+        read = verify.parse(self._list(self._what()))
+        with table_lock:
+            if self._generation != generation or self._now is None:
+                self._verify_tries += 1
+                return
+            self._verify_with(read)
+
+    def _verify_with(self, read: verify.Read) -> None:
+        assert self._now is not None
+        self._verify_tries = 0
+        if self._drift(read, self._now) is not None:
+            self._now = None  # the next apply reads again and rewrites everything: now
+            self.apply(self._pods)
+            return
+        if self._idle:
+            retired = self._retiring(read.values, set(self._idle))
+            self._run([{"delete": {"counter": {"family": "inet", "table": self.table,
+                                               "name": n}}} for n in sorted(self._idle)])
+            self._retired, self._idle = retired, {}
+        self._verified = time.monotonic()
 
     def _idling(self, names: set[str], wanted: Collection[str]) -> dict[str, str]:
         """The idle counters once the transaction that stops counting into `names` and
@@ -289,52 +351,15 @@ class NftPolicy:
                 retired[policy] = retired.get(policy, Count(0, 0)) + values[name]
         return retired
 
-    def _sweep(self, addresses: Sequence[IPAddress]) -> int:
-        if not self._sweep_conntrack or not addresses:
-            return 0
-        if self._background:
-            with self._pending_lock:
-                self._pending.update(addresses)
-                if self._sweeper is None:
-                    self._sweeper = SupervisedLoop("conntrack-sweep", self._sweep_pending,
-                                                   3600.0, immediately=True, log=log)
-                    self._sweeper.start()
-                    return 0
-            self._sweeper.wake()
-            return 0
-        return self._sweep_now(addresses, owners(self._pods))
-
     def close(self) -> None:
-        """Ends the background sweeper (a sweep under way finishes first); the rules stay."""
-        if self._sweeper is not None:
-            self._sweeper.stop(timeout=10)
+        """Ends the background threads (a sweep or check under way finishes first); the rules
+        stay."""
+        self._sweeper.close()
+        if self._verifier is not None:
+            self._verifier.stop(timeout=10)
         if self._netns_fd >= 0:
             os.close(self._netns_fd)
             self._netns_fd = -1
-
-    def _sweep_pending(self) -> None:
-        """The background sweeper's run (its loop's thread, woken by each change): what the
-        changes queued, swept with the rules as they are then (a later change queues its
-        addresses again)."""
-        if not self._sweeper_entered:
-            enter_netns(self._netns_fd)  # the loop's thread, for good
-            self._sweeper_entered = True
-        with self._pending_lock:
-            addresses, self._pending = sorted(self._pending, key=str), set()
-        if not addresses:
-            return
-        with table_lock:
-            by_address = owners(self._pods)
-        self.swept += self._sweep_now(addresses, by_address)
-
-    def _sweep_now(self, addresses: Sequence[IPAddress],
-                   by_address: Mapping[IPAddress, PodRules]) -> int:
-        try:
-            return conntrack.sweep(addresses, lambda flow: allowed(by_address, flow))
-        except Exception as exc:  # the rules stand: say what was left undone, go on
-            log.warning("conntrack sweep failed (connections established before the change "
-                        "may outlive it): %s", exc)
-            return 0
 
     def _list(self, what: dict[str, Any]) -> list[dict[str, Any]]:
         try:
@@ -349,34 +374,19 @@ class NftPolicy:
         return {c["name"]: Count(c["packets"], c["bytes"]) for o in listed
                 if (c := o.get("counter")) and c["name"].startswith(render.PREFIX)}
 
+    def _what(self) -> dict[str, Any]:
+        return {"table": {"family": "inet", "name": self.table}}
+
+    def _read_all(self) -> verify.Read:
+        """The policy's objects in the kernel now, their counters' values and rules' comments
+        (`self._now` becomes what was read)."""
+        read = verify.parse(self._list(self._what()))
+        self._now = read.installed
+        return read
+
     def _read(self) -> tuple[Installed, dict[str, Count]]:
-        """The policy's objects in the kernel now, and its counters' values."""
-        now, values = Installed(), {}
-        maps = {render.map_name(d, v) for d in DIRECTIONS for v in render.VERSIONS}
-        sets = {render.set_name(v) for v in render.VERSIONS}
-        selves = {render.self_set_name(v) for v in render.VERSIONS}
-        for obj in self._list({"table": {"family": "inet", "name": self.table}}):
-            kind, body = next(iter(obj.items()))
-            name = body.get("name", "") if isinstance(body, dict) else ""
-            if kind == "chain" and name.startswith(render.PREFIX) and name != render.BASE:
-                now.chains.add(name)
-            elif kind == "counter" and name.startswith(render.PREFIX):
-                now.counters.add(name)
-                values[name] = Count(body["packets"], body["bytes"])
-            elif kind == "map" and name in maps:
-                for address, verdict in body.get("elem", ()):
-                    now.elements[(name, _address(address))] = verdict["jump"]["target"]
-            elif kind == "set" and name in sets:
-                now.policed.update(_address(a) for a in body.get("elem", ()))
-            elif kind == "set" and name in selves:
-                now.selves.update((_address(a), _address(b)) for e in body.get("elem", ())
-                                  for a, b in [e["concat"]])
-            elif kind == "set" and name.startswith(render.PEER_SET):
-                # plain addresses; anything else makes the next diff fail and rewrite all
-                now.sets[name] = frozenset(_address(a) for a in body.get("elem", ())
-                                           if isinstance(a, str))
-        self._now = now
-        return now, values
+        read = self._read_all()
+        return read.installed, read.values
 
 
 def _address(text: str) -> IPAddress:

@@ -14,6 +14,8 @@ before the rule and goes after it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,9 +63,26 @@ def _containers(table: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def digest(expr: Expr) -> str:
+    """The comment each rule is written with: a digest of its expression, which a check
+    reads back (verify.py): a rule replaced by hand loses it."""
+    return "vswitch-cni " + hashlib.sha256(json.dumps(expr, sort_keys=True).encode()
+                                           ).hexdigest()[:16]
+
+
+def _rule(table: str, chain: str, expr: Expr) -> Cmd:
+    return {"add": {"rule": {"family": "inet", "table": table, "chain": chain, "expr": expr,
+                             "comment": digest(expr)}}}
+
+
+def base_bodies() -> list[Expr]:
+    """The base chain's rules, as `base` writes them."""
+    return [c["add"]["rule"]["expr"] for c in _base_rules("")]
+
+
 def _base_rules(table: str) -> list[Cmd]:
     def rule(expr: Expr) -> Cmd:
-        return {"add": {"rule": {"family": "inet", "table": table, "chain": BASE, "expr": expr}}}
+        return _rule(table, BASE, expr)
 
     new = match_expr({"ct": {"key": "state"}}, "new", "in")
     no_syn = match_expr({"&": [payload("tcp", "flags"), ["fin", "syn", "rst", "ack"]]}, "syn", "!=")
@@ -133,8 +152,7 @@ def _chain_cmds(table: str, name: str, body: list[Expr], now: Installed | None =
     if now is None or name not in now.chains:
         cmds.insert(0, {"add": {"chain": chain}})
     for expr in body:
-        cmds.append({"add": {"rule": {"family": "inet", "table": table, "chain": name,
-                                      "expr": expr}}})
+        cmds.append(_rule(table, name, expr))
     return cmds
 
 
@@ -277,3 +295,4 @@ def removal(table: str, now: Installed) -> list[Cmd]:
     cmds += _set_deletions(table, now.sets)
     cmds += [{"delete": {"counter": _obj(table, n)}} for n in sorted(now.counters)]
     return cmds
+

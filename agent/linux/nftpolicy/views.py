@@ -73,6 +73,22 @@ def meanings(pods: Mapping[PodKey, PodRules]) -> dict[str, Meaning]:
     return out
 
 
+def tally(values: Mapping[str, Count], retired: Mapping[str, Count],
+          active: Mapping[str, Meaning], idle: Mapping[str, str]) -> Counters:
+    """The renderer's counters: the values of the counters its pods' rules count into
+    (`active`) and of the idle allow counters, per policy and per (pod, direction), with the
+    `retired` counts of deleted ones added."""
+    allowed_by: dict[str, Count] = dict(retired)
+    dropped: dict[tuple[PodKey, Dir], Count] = {}
+    for name, meaning in (*active.items(), *((n, p) for n, p in idle.items() if n not in active)):
+        value = values.get(name, Count(0, 0))
+        if isinstance(meaning, str):
+            allowed_by[meaning] = allowed_by.get(meaning, Count(0, 0)) + value
+        else:
+            dropped[meaning] = value
+    return Counters(allowed_by, dropped)
+
+
 def pod_view(key: PodKey, rules: PodRules, values: Mapping[str, Count]) -> PodView:
     views: dict[Dir, DirectionView | None] = {}
     for direction in DIRECTIONS:
