@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import time
+from typing import Any
 
 from agent.linux.nftpolicy import NftPolicy, render, transactions, verify
 from agent.linux.nftpolicy.views import Count
@@ -40,7 +41,7 @@ def test_the_kernel_as_written_is_no_drift_and_each_difference_is_named() -> Non
     assert verify.drift(read, now, ()) is None
     chain = render.chain_name(B, "ingress")
 
-    def changed(**kw: object) -> verify.Read:
+    def changed(**kw: Any) -> verify.Read:
         return dataclasses.replace(read, installed=dataclasses.replace(read.installed, **kw))
 
     assert verify.drift(changed(elements={}), now, ()) == "the map elements"
