@@ -175,6 +175,7 @@ class Pod:
     node: str = ""
     ports: tuple[ContainerPort, ...] = ()
     host_network: bool = False
+    terminated: bool = False  # Succeeded or Failed: it will not run (or need rules) again
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", _frozen(self.labels, "labels"))

@@ -265,13 +265,15 @@ def pod_from_k8s(obj: object) -> Pod:
         node = spec.get("nodeName") or ""
         if not isinstance(node, str):
             raise PolicyError("spec.nodeName", node, "must be a string")
+        status = _mapping(root.get("status"), "status")
         return Pod(
             namespace=str(meta["namespace"]),
             name=str(meta["name"]),
             labels=_str_map(meta.get("labels"), "metadata.labels"),
-            ips=_pod_ips(_mapping(root.get("status"), "status")),
+            ips=_pod_ips(status),
             node=node,
             ports=_container_ports(spec),
-            host_network=spec.get("hostNetwork") is True)
+            host_network=spec.get("hostNetwork") is True,
+            terminated=status.get("phase") in _TERMINATED)
     except PolicyError as exc:
         raise exc.under("", what) from None

@@ -18,9 +18,10 @@ since matches one of those selectors, before or after its change: most of a clus
 events touch none of the node's pods' peers, and then cost the node a journal read instead of a
 compile and a comparison of every rule (issue #39).
 
-It also keeps which of the cache's pods are scheduled to this node (`node`; not host-network):
-a compile with `scheduled=True` compiles them too, so that the controller can make their rules
-before their ADD (the kubelet starts a sandbox well after the pod is bound to the node).
+It also keeps which of the cache's pods are scheduled to this node (`node`; neither
+host-network nor Succeeded or Failed): a compile with `scheduled=True` compiles them too, so
+that the controller can make their rules before their ADD (the kubelet starts a sandbox well
+after the pod is bound to the node).
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ class KeptIndex:
         return cluster
 
     def _on_node(self, pod: Pod) -> bool:
-        return bool(self.node) and pod.node == self.node and not pod.host_network
+        return bool(self.node) and pod.node == self.node and not pod.host_network \
+            and not pod.terminated
 
     def _forget(self, changes: list[Touched] | None) -> None:
         """Drops the kept results whose reads see one of the pod `changes` (None: the set of

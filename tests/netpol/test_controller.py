@@ -11,7 +11,7 @@ Test plan:
 - a sandbox replaced: the old attachment's DEL leaves the new one's rules;
 - no renderer ever gets another node's pod: other nodes' pods are peers only;
 - a pod bound to this node before its ADD is compiled in the full apply and handed over with no
-  address (a stand-in attachment), host-network pods and other nodes' pods not; its ADD then
+  address (a stand-in attachment), host-network, finished and other nodes' pods not; its ADD then
   hands over the same rules with the attachment's address, and the stand-in goes once the
   record is there;
 - `explain` shows the rules in force and the policies each came from; counters add up;
@@ -203,7 +203,9 @@ def test_a_pod_bound_here_gets_its_rules_before_its_add() -> None:
     cache = Cache()
     cache.pod_list = [pod_from_k8s(pod("a", "db", None, {"app": "db"})),
                       pod_from_k8s(pod("a", "host", None, {"app": "db"}, hostNetwork=True)),
-                      pod_from_k8s(pod("a", "far", None, {"app": "db"}, node="n2"))]
+                      pod_from_k8s(pod("a", "far", None, {"app": "db"}, node="n2")),
+                      pod_from_k8s({**pod("a", "done", None, {"app": "db"}),
+                                    "status": {"phase": "Succeeded"}})]
     cache.policy_list = [policy_from_k8s(policy("a", "p", podSelector={
         "matchLabels": {"app": "db"}}, ingress=[FROM_WEB]))]
     records: list[PodRecord] = []

@@ -8,8 +8,9 @@ Test plan:
   cidr or of the other family, an empty peer, ipBlock beside a selector, endPort with a named or
   missing port or below port, ports out of range, a digit string as port name, selector
   operators and values, policyTypes, metadata, wrong JSON types;
-- a Pod: addresses from podIPs (podIP as the fallback), none once Succeeded/Failed; named ports
-  from containers and sidecar init containers, unnamed ones skipped, TCP by default; hostNetwork;
+- a Pod: addresses from podIPs (podIP as the fallback), none once Succeeded/Failed (then
+  terminated); named ports from containers and sidecar init containers, unnamed ones skipped,
+  TCP by default; hostNetwork;
   malformed addresses and ports refused by path;
 - a Namespace always carries kubernetes.io/metadata.name, whatever its labels say.
 """
@@ -157,7 +158,9 @@ def test_pods() -> None:
     assert pod_from_k8s(_pod(status={"podIP": "10.0.0.1"})).ips == \
         (ipaddress.ip_address("10.0.0.1"),)
     for phase in ("Succeeded", "Failed"):
-        assert pod_from_k8s(_pod(status={"podIP": "10.0.0.1", "phase": phase})).ips == ()
+        done = pod_from_k8s(_pod(status={"podIP": "10.0.0.1", "phase": phase}))
+        assert done.ips == () and done.terminated
+    assert not pod_from_k8s(_pod(status={"podIP": "10.0.0.1", "phase": "Running"})).terminated
     assert pod_from_k8s(_pod(spec={"hostNetwork": True})).host_network
     # the API server reads IPv4 octets with leading zeros as decimal (Go's old parser): so here
     assert pod_from_k8s(_pod(status={"podIP": "010.001.0.7"})).ips == \
