@@ -30,15 +30,34 @@ class PerPod:
         self._merge = merge
         self._counters = counters
         self._attachments: dict[AttachmentKey, Enforced] = {}
+        # per pod, the value last merged, with what it was merged from (`_signature`): a full
+        # apply hands the renderer the same object for a pod nothing changed of, which the
+        # renderer then skips by identity instead of comparing its rules
+        self._values: dict[K8sPod, tuple[tuple[Any, ...], list[Any], Any]] = {}
 
     def _of(self, pod: K8sPod) -> list[Enforced]:
         return [e for e in self._attachments.values() if e.pod == pod]
 
     def apply(self, desired: Mapping[AttachmentKey, Enforced]) -> None:
         self._attachments = dict(desired)
-        merged = {pod: self._merge(self._of(pod)) for pod in {e.pod for e in desired.values()}}
+        groups: dict[K8sPod, list[Enforced]] = {}
+        for enforced in desired.values():
+            groups.setdefault(enforced.pod, []).append(enforced)
+        merged = {pod: self._value(pod, group) for pod, group in groups.items()}
+        self._values = {pod: self._values[pod] for pod in merged if pod in self._values}
         values = {pod: value for pod, value in merged.items() if value is not None}
         self._apply(values)
+
+    def _value(self, pod: K8sPod, group: list[Enforced]) -> Any:
+        """`merge(group)`, the same object as last time when merged from the same policies
+        (the compiler's objects, by identity), addresses and wiring."""
+        signature = _signature(group)
+        kept = self._values.get(pod)
+        if kept is not None and kept[0] == signature:
+            return kept[2]
+        value = self._merge(group)
+        self._values[pod] = (signature, [e.policy for e in group], value)  # ids stay theirs
+        return value
 
     def apply_one(self, enforced: Enforced) -> None:
         self._attachments[enforced.attachment] = enforced
@@ -50,6 +69,7 @@ class PerPod:
             self._send(gone.pod)
 
     def _send(self, pod: K8sPod) -> None:
+        self._values.pop(pod, None)
         value = self._merge(self._of(pod))
         if value is None:
             self._remove_pod(pod)
@@ -58,6 +78,11 @@ class PerPod:
 
     def counters(self) -> Counts:
         return self._counters()
+
+
+def _signature(group: list[Enforced]) -> tuple[Any, ...]:
+    return tuple((e.attachment, id(e.policy), e.addresses, sorted(e.wiring.items()))
+                 for e in group)
 
 
 def merged_addresses(group: list[Enforced]) -> tuple[IPAddress, ...]:
