@@ -81,7 +81,8 @@ def element_ops(commands: Sequence[dict[str, Any]], family: str, table: str
         op, body = next(iter(command.items()))
         element = body.get("element") if isinstance(body, dict) and len(body) == 1 else None
         if op not in ("add", "delete") or not isinstance(element, dict) \
-                or element.get("family") != family or element.get("table") != table:
+                or element.get("family") != family or element.get("table") != table \
+                or not isinstance(element.get("name"), str):
             return None
         keys: list[Key] = []
         targets: list[tuple[str, str]] = []
@@ -109,12 +110,16 @@ def element_ops(commands: Sequence[dict[str, Any]], family: str, table: str
 
 
 def _key(item: object) -> Key | None:
-    try:
-        if isinstance(item, dict) and set(item) == {"concat"} and isinstance(item["concat"], list):
-            return tuple(ipaddress.ip_address(part) for part in item["concat"])
-        return ipaddress.ip_address(item)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    """An element's key when it is an address (text, never a number: a port or a mark is
+    not), or a concatenation of addresses."""
+    parts = item["concat"] if isinstance(item, dict) and set(item) == {"concat"} else [item]
+    if not isinstance(parts, list) or not parts or not all(isinstance(p, str) for p in parts):
         return None
+    try:
+        found = tuple(ipaddress.ip_address(p) for p in parts)
+    except ValueError:
+        return None
+    return found if isinstance(item, dict) else found[0]
 
 
 def _packed(key: Key) -> bytes:

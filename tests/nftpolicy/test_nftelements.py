@@ -82,6 +82,9 @@ def test_only_plain_address_elements_are_element_ops() -> None:
                   [elem("add", "s4", "10.0.0.1"), {"flush": {"set": {"name": "s4"}}}],
                   [elem("add", "cidrs", {"prefix": {"addr": "10.0.0.0", "len": 8}})],
                   [elem("add", "s4", "not-an-address")],
+                  [elem("add", "s4", 80)],  # a number is no address here (a port, a mark)
+                  [elem("add", "s4", {"concat": ["10.0.0.1", 80]})],
+                  [{"add": {"element": {"family": "inet", "table": TABLE, "elem": ["10.0.0.1"]}}}],
                   [elem("add", "s4", "10.0.0.1", table="another")],
                   [elem("add", "m4", ["10.0.0.3", {"accept": None}])],
                   [elem("add", "m4", ["10.0.0.3", {"jump": {"target": "target"}}], "10.0.0.4")],

@@ -320,7 +320,10 @@ class NftPolicy:
     def _verify_with(self, read: verify.Read) -> None:
         assert self._now is not None
         self._verify_tries = 0
-        if self._drift(read, self._now) is not None:
+        reason = self._drift(read, self._now)
+        if reason is not None:
+            log.warning("NetworkPolicy: %s of table %s changed behind the agent's back; "
+                        "rewriting every rule", reason, self.table)
             self._now = None  # the next apply reads again and rewrites everything: now
             self.apply(self._pods)
             return
