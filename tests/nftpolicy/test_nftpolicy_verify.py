@@ -7,13 +7,15 @@ Plan:
 - real nftables (a node namespace with pods): a check that finds nothing rewrites nothing (the
   rules keep their handles), and retires the idle counters; `nft replace rule` by hand (which
   keeps the handle) is found and repaired; the background check repairs a flushed chain on its
-  own, without any apply, and the pods' traffic is judged as before.
+  own, without any apply, and the pods' traffic is judged as before; the counters a pod's
+  deleted chain left (its drops too) are no drift, and the check deletes them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import time
 from typing import Any
 
@@ -108,3 +110,27 @@ def test_the_background_check_repairs_a_flushed_chain_without_an_apply(node: Nod
                          ("c", "b", TCP): False, ("c", "b", UDP): False})
     finally:
         renderer.close()
+
+
+def test_counters_left_by_a_pod_gone_are_no_drift_and_the_check_deletes_them(
+        node: Node) -> None:
+    renderer = NftPolicy()
+    try:
+        deny_a = policy("deny-a", select="a")  # a stays isolated: its chain must not move
+        renderer.apply(node.desired(deny_a, ONLY_A))
+        drop_b = render.drop_counter(key("b"), "ingress")
+        renderer.apply(node.desired(deny_a, ONLY_A, names=("a", "c")))  # b gone
+        assert drop_b in counters(node.path)  # left for the check (no counter read in a diff)
+        handles = rule_handles(node.path)
+        assert render.chain_name(key("a"), "ingress") in handles
+        renderer.verify_every = 0
+        renderer.apply(node.desired(deny_a, ONLY_A, names=("a", "c")))  # the check: no drift
+        assert rule_handles(node.path) == handles  # nothing rewritten
+        assert drop_b not in counters(node.path)
+    finally:
+        renderer.close()
+
+
+def counters(path: str) -> set[str]:
+    listed = run_in(path, "nft", "-j", "list", "counters", "table", "inet", "vswitch-cni")
+    return {o["counter"]["name"] for o in json.loads(listed.stdout)["nftables"] if "counter" in o}

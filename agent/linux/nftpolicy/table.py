@@ -68,6 +68,7 @@ class NftPolicy:
         every `verify_every`, which reads without holding the table (a read takes libnftables
         most of a second at a busy node) and repairs at once what it finds."""
         self.table = table
+        self._whole = {"table": {"family": "inet", "name": table}}  # what `list` reads
         self.verify_every = verify_every
         self._verified = float("-inf")  # time.monotonic() of the last check
         self._verify_background = verify_in_background
@@ -89,6 +90,7 @@ class NftPolicy:
         # deletes them: reading a counter costs libnftables a read of the whole table (about
         # 0.1 s at a busy node), which a DEL or a diff must not pay. name -> its policy.
         self._idle: dict[str, str] = {}
+        self._stale: set[str] = set()  # other counters no rule uses (drops), deleted likewise
         # each pod's objects as last rendered, with the shape of the rules they came from
         # (render.shape): a pod whose rules changed only in its peer sets' members (a peer
         # change) is not rendered again; the sets' members are taken afresh every time
@@ -164,7 +166,7 @@ class NftPolicy:
             if not [o for o in listed.get("nftables", ()) if set(o) - {"metainfo", "table"}]:
                 run([{"delete": {"table": {"family": "inet", "name": self.table}}}])
             self._now, self._pods, self._retired, self._base = Installed(), {}, {}, False
-            self._rendered, self._idle = {}, {}
+            self._rendered, self._idle, self._stale = {}, {}, set()
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -220,7 +222,7 @@ class NftPolicy:
         if now is None:
             now, _ = self._read()
         gone = {c for c in now.counters if render.owned_by(key, c)} - set(new.counters)
-        idle = self._idling(gone, new.counters)
+        idle, stale = self._idling(gone, new.counters)
         cmds, after = transactions.pod(self.table, key, addresses, now, new,
                                        with_base=not self._base, delete_counters=False)
         try:
@@ -234,7 +236,7 @@ class NftPolicy:
             cmds, after = transactions.pod(self.table, key, addresses, now, new,
                                            delete_counters=False)
             self._run(cmds)
-        self._now, self._base, self._idle = after, True, idle
+        self._now, self._base, self._idle, self._stale = after, True, idle, stale
         return cmds
 
     def _diff(self, new: render.Rendered) -> list[dict[str, Any]] | None:
@@ -244,7 +246,7 @@ class NftPolicy:
         now = self._now
         if now is None or self._verify_due():
             return None
-        idle = self._idling(now.counters - set(new.counters), new.counters)
+        idle, stale = self._idling(now.counters - set(new.counters), new.counters)
         cmds = transactions.changes(self.table, now, new, with_base=not self._base,
                                     delete_counters=False)
         if cmds:
@@ -255,7 +257,7 @@ class NftPolicy:
                             "reading it and rewriting every rule", exc)
                 self._base = False
                 return None
-        self._idle = idle
+        self._idle, self._stale = idle, stale
         return cmds
 
     def _run(self, cmds: list[dict[str, Any]]) -> None:
@@ -277,7 +279,7 @@ class NftPolicy:
         reason = "first read" if believed is None else self._drift(read, believed)
         if reason is None:
             assert believed is not None
-            now = replace(believed, counters=believed.counters | set(self._idle))
+            now = replace(believed, counters=believed.counters | self._left())
             retired = self._retiring(read.values, now.counters - set(new.counters))
             cmds = transactions.changes(self.table, now, new, with_base=not self._base)
             if cmds:
@@ -289,12 +291,16 @@ class NftPolicy:
             retired = self._retiring(read.values, read.installed.counters - set(new.counters))
             cmds = transactions.full(self.table, read.installed, new)
             self._run(cmds)
-        self._retired, self._idle = retired, {}
+        self._retired, self._idle, self._stale = retired, {}, set()
         self._verified = time.monotonic()
         return cmds
 
     def _drift(self, read: verify.Read, believed: Installed) -> str | None:
-        return verify.drift(read, believed, self._idle)
+        return verify.drift(read, believed, self._left())
+
+    def _left(self) -> set[str]:
+        """The counters no rule counts into, left in the kernel until a check deletes them."""
+        return {*self._idle, *self._stale}
 
     def _verify_once(self) -> None:
         """The background check (its loop's thread): the table read without holding it, then
@@ -307,10 +313,10 @@ class NftPolicy:
             if self._now is None:
                 return
             if self._verify_tries >= VERIFY_TRIES:
-                self._verify_with(verify.parse(self._list(self._what())))
+                self._verify_with(verify.parse(self._list(self._whole)))
                 return
             generation = self._generation
-        read = verify.parse(self._list(self._what()))
+        read = verify.parse(self._list(self._whole))
         with table_lock:
             if self._generation != generation or self._now is None:
                 self._verify_tries += 1
@@ -327,21 +333,22 @@ class NftPolicy:
             self._now = None  # the next apply reads again and rewrites everything: now
             self.apply(self._pods)
             return
-        if self._idle:
-            retired = self._retiring(read.values, set(self._idle))
+        if left := self._left():
+            retired = self._retiring(read.values, left)
             self._run([{"delete": {"counter": {"family": "inet", "table": self.table,
-                                               "name": n}}} for n in sorted(self._idle)])
-            self._retired, self._idle = retired, {}
+                                               "name": n}}} for n in sorted(left)])
+            self._retired, self._idle, self._stale = retired, {}, set()
         self._verified = time.monotonic()
 
-    def _idling(self, names: set[str], wanted: Collection[str]) -> dict[str, str]:
-        """The idle counters once the transaction that stops counting into `names` and
-        counts into `wanted` succeeds (those of `names` that count allows join; one wanted
-        again leaves, and goes on counting from its value)."""
+    def _idling(self, names: set[str], wanted: Collection[str]
+                ) -> tuple[dict[str, str], set[str]]:
+        """The idle and the stale counters once the transaction that stops counting into
+        `names` and counts into `wanted` succeeds (those of `names` that count allows are
+        idle, the others stale; one wanted again leaves, and goes on from its value)."""
         meaning = meanings(self._pods) if names else {}
         idle = {n: p for n, p in self._idle.items() if n not in wanted}
         idle.update((n, p) for n in names if isinstance(p := meaning.get(n), str))
-        return idle
+        return idle, (self._stale | names) - set(idle) - set(wanted)
 
     def _retiring(self, values: Mapping[str, Count], names: set[str]) -> dict[str, Count]:
         """The retired counts once the allow counters `names` are deleted (their last
@@ -377,13 +384,10 @@ class NftPolicy:
         return {c["name"]: Count(c["packets"], c["bytes"]) for o in listed
                 if (c := o.get("counter")) and c["name"].startswith(render.PREFIX)}
 
-    def _what(self) -> dict[str, Any]:
-        return {"table": {"family": "inet", "name": self.table}}
-
     def _read_all(self) -> verify.Read:
         """The policy's objects in the kernel now, their counters' values and rules' comments
         (`self._now` becomes what was read)."""
-        read = verify.parse(self._list(self._what()))
+        read = verify.parse(self._list(self._whole))
         self._now = read.installed
         return read
 
