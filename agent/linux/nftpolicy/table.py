@@ -270,13 +270,15 @@ class NftPolicy:
         return self._now is None or (not self._verify_background and \
             time.monotonic() - self._verified >= self.verify_every)
 
-    def _checked(self, new: render.Rendered) -> list[dict[str, Any]]:
-        """Reads the kernel and compares it with what this object wrote: the same, the diff
-        to `new` (and the idle counters retired, their values read); else (or nothing written
-        yet) everything rewritten."""
+    def _checked(self, new: render.Rendered, read: verify.Read | None = None
+                 ) -> list[dict[str, Any]]:
+        """Compares the kernel (`read`, else read now) with what this object wrote: the same,
+        the diff to `new` (and the counters left behind deleted, the idle ones' values
+        retired); else (or nothing written yet) everything rewritten."""
         believed = self._now
-        read = self._read_all()
-        reason = "first read" if believed is None else self._drift(read, believed)
+        read = read if read is not None else self._read_all()
+        reason = "first read" if believed is None else \
+            verify.drift(read, believed, self._left())
         if reason is None:
             assert believed is not None
             now = replace(believed, counters=believed.counters | self._left())
@@ -295,9 +297,6 @@ class NftPolicy:
         self._verified = time.monotonic()
         return cmds
 
-    def _drift(self, read: verify.Read, believed: Installed) -> str | None:
-        return verify.drift(read, believed, self._left())
-
     def _left(self) -> set[str]:
         """The counters no rule counts into, left in the kernel until a check deletes them."""
         return {*self._idle, *self._stale}
@@ -305,7 +304,8 @@ class NftPolicy:
     def _verify_once(self) -> None:
         """The background check (its loop's thread): the table read without holding it, then
         compared if nothing was written meanwhile (else the next round; the fourth in a row
-        reads holding the table). A drift is repaired at once, a full apply of the pods."""
+        reads holding the table), as a full apply's check of what is installed: a drift is
+        repaired at once from that read."""
         if not self._verifier_entered:
             enter_netns(self._netns_fd)  # the loop's thread, for good
             self._verifier_entered = True
@@ -324,21 +324,10 @@ class NftPolicy:
             self._verify_with(read)
 
     def _verify_with(self, read: verify.Read) -> None:
-        assert self._now is not None
         self._verify_tries = 0
-        reason = self._drift(read, self._now)
-        if reason is not None:
-            log.warning("NetworkPolicy: %s of table %s changed behind the agent's back; "
-                        "rewriting every rule", reason, self.table)
-            self._now = None  # the next apply reads again and rewrites everything: now
-            self.apply(self._pods)
-            return
-        if left := self._left():
-            retired = self._retiring(read.values, left)
-            self._run([{"delete": {"counter": {"family": "inet", "table": self.table,
-                                               "name": n}}} for n in sorted(left)])
-            self._retired, self._idle, self._stale = retired, {}, set()
-        self._verified = time.monotonic()
+        new = self._render(self._pods)
+        self._checked(new, read)
+        self._now, self._base = transactions.installed(new), True
 
     def _idling(self, names: set[str], wanted: Collection[str]
                 ) -> tuple[dict[str, str], set[str]]:
